@@ -1,0 +1,216 @@
+"""Settings: flags, then environment variables, then config.yaml, then defaults.
+
+Everything is validated here, at start-up: an unknown key, a bad value, an unknown rule
+or a bad rule option raises ``ConfigError`` naming the key and the valid choices, and
+the server does not start. The hot path only reads the prepared ``Settings``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from rules import DEFAULT_RULES, REGISTRY
+
+MODES = ("rewrite", "shadow", "ab")
+ENV_PREFIX = "CONTEXT_ENGINE_"
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message names the key and what would be valid."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    port: int = field(default=8787, metadata={"help": "port to listen on"})
+    upstream: str = field(default="https://api.openai.com/v1",
+                          metadata={"help": "base URL requests are forwarded to"})
+    upstream_timeout: float = field(default=600.0,
+                                    metadata={"help": "seconds to wait for upstream bytes"})
+    connect_timeout: float = field(default=10.0,
+                                   metadata={"help": "seconds to wait for a connection"})
+    max_body_bytes: int = field(default=32 * 1024 * 1024,
+                                metadata={"help": "largest request body accepted (413 above)"})
+    ledger: str = field(default=".context-engine/ledger.db",
+                        metadata={"help": "SQLite ledger path (one row per request)"})
+    store: str = field(default=".context-engine/store",
+                       metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
+    mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
+    log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
+    rules: tuple[str, ...] = field(default=(), metadata={"help": "enabled rules, in run order"})
+    rule_options: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict, metadata={"help": "per-rule options"})
+
+
+SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings) if f.name not in ("rules", "rule_options")]
+ALL_KEYS = [f.name for f in dataclasses.fields(Settings)]
+
+
+def _coerce(key: str, value: Any, kind: type) -> Any:
+    try:
+        if kind is bool and isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if kind in (int, float) and isinstance(value, bool):
+            raise ValueError(value)
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError(value)
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: {value!r} is not a valid {kind.__name__}") from None
+
+
+def _field_type(cls: type, name: str) -> type:
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    default = hints[name].default
+    if default is dataclasses.MISSING and hints[name].default_factory is not dataclasses.MISSING:
+        default = hints[name].default_factory()  # type: ignore[misc]
+    return type(default)
+
+
+def parse_rules(value: Any, source: str) -> tuple[str, ...]:
+    """``rules`` from config.yaml (mapping name → on/off, in order) or a comma list."""
+    if isinstance(value, str):
+        names = [n.strip() for n in value.split(",") if n.strip()]
+    elif isinstance(value, Mapping):
+        names = []
+        for name, on in value.items():
+            if not isinstance(on, bool):
+                raise ConfigError(f"rules.{name}: expected true or false, got {on!r}")
+            if on:
+                names.append(str(name))
+        for name in value:
+            _check_rule_name(str(name), source)
+    elif isinstance(value, list):
+        names = [str(n) for n in value]
+    elif value is None:
+        names = []
+    else:
+        raise ConfigError(f"rules: expected a mapping of rule name to true/false ({source})")
+    for name in names:
+        _check_rule_name(name, source)
+    if len(set(names)) != len(names):
+        raise ConfigError(f"rules: a rule is listed twice ({source})")
+    return tuple(names)
+
+
+def _check_rule_name(name: str, source: str) -> None:
+    if name not in REGISTRY:
+        valid = ", ".join(sorted(REGISTRY)) or "(none registered)"
+        raise ConfigError(f"rules: unknown rule {name!r} ({source}); valid rules: {valid}")
+
+
+def build_rule_config(name: str, options: Mapping[str, Any]) -> Any:
+    cls = REGISTRY[name].Config
+    valid = [f.name for f in dataclasses.fields(cls)]
+    clean = {}
+    for key, value in (options or {}).items():
+        if key not in valid:
+            raise ConfigError(
+                f"rule_options.{name}.{key}: unknown option; valid options: {', '.join(valid)}")
+        kind = _field_type(cls, key)
+        if kind in (list, tuple, dict):
+            if not isinstance(value, kind if kind is not tuple else (list, tuple)):
+                raise ConfigError(f"rule_options.{name}.{key}: expected a {kind.__name__}")
+            clean[key] = tuple(value) if kind is tuple else value
+        else:
+            clean[key] = _coerce(f"rule_options.{name}.{key}", value, kind)
+    try:
+        return cls(**clean)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"rule_options.{name}: {exc}") from None
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_path: str | None = None,
+) -> Settings:
+    """Merge the three sources and validate every value."""
+    flags = {k: v for k, v in (flags or {}).items() if v is not None}
+    env = dict(os.environ if env is None else env)
+    path = config_path or flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
+    file_values: dict[str, Any] = {}
+    if path:
+        file_values = _read_yaml(path)
+    elif Path("config.yaml").is_file():
+        path = "config.yaml"
+        file_values = _read_yaml(path)
+    source = path or "defaults"
+
+    values: dict[str, Any] = {}
+    for key, value in file_values.items():
+        if key not in ALL_KEYS:
+            raise ConfigError(f"{key}: unknown setting in {source}; valid settings: {', '.join(ALL_KEYS)}")
+        values[key] = value
+    for key in SCALAR_KEYS + ["rules"]:
+        env_key = ENV_PREFIX + key.upper()
+        if env_key in env:
+            values[key] = env[env_key]
+    for key, value in flags.items():
+        if key in ALL_KEYS:
+            values[key] = value
+
+    out: dict[str, Any] = {}
+    for key in SCALAR_KEYS:
+        if key in values:
+            out[key] = _coerce(key, values[key], _field_type(Settings, key))
+    out["rules"] = parse_rules(values["rules"], source) if "rules" in values else DEFAULT_RULES
+    options = values.get("rule_options") or {}
+    if not isinstance(options, Mapping):
+        raise ConfigError("rule_options: expected a mapping of rule name to options")
+    for name, opts in options.items():
+        _check_rule_name(str(name), source)
+        if opts is not None and not isinstance(opts, Mapping):
+            raise ConfigError(f"rule_options.{name}: expected a mapping of options")
+        build_rule_config(str(name), opts or {})
+    out["rule_options"] = {str(k): dict(v or {}) for k, v in options.items()}
+    settings = Settings(**out)
+    _check(settings)
+    return settings
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping of settings")
+    return data
+
+
+def _check(s: Settings) -> None:
+    if s.mode not in MODES:
+        raise ConfigError(f"mode: {s.mode!r} is not valid; valid modes: {', '.join(MODES)}")
+    if not s.upstream.startswith(("http://", "https://")):
+        raise ConfigError(f"upstream: {s.upstream!r} must be an http:// or https:// URL")
+    if not 0 < s.port < 65536:
+        raise ConfigError(f"port: {s.port} is out of range 1-65535")
+    if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
+        raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
+    levels = ("debug", "info", "warning", "error")
+    if s.log_level not in levels:
+        raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")
+
+
+def build_rules(settings: Settings, deps: Any) -> list[Any]:
+    """Instantiate the enabled rules in order (at start-up, never per request)."""
+    return [
+        REGISTRY[name](build_rule_config(name, settings.rule_options.get(name, {})), deps)
+        for name in settings.rules
+    ]

@@ -1,0 +1,54 @@
+"""Key-value stores for things rules keep across requests (tool originals, summaries).
+
+``DiskStore`` (diskcache) is the embedded default; ``MemoryStore`` serves tests and the
+bench. Values are bytes; keys are short strings.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Store(Protocol):
+    def get(self, key: str) -> bytes | None: ...
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self._data.get(key)
+
+    def set(self, key: str, value: bytes) -> None:
+        self._data[key] = value
+
+
+class DiskStore:
+    def __init__(self, path: str) -> None:
+        import diskcache
+
+        self._cache = diskcache.Cache(path)
+
+    def get(self, key: str) -> bytes | None:
+        value = self._cache.get(key)
+        return value if isinstance(value, bytes) else None
+
+    def set(self, key: str, value: bytes) -> None:
+        self._cache.set(key, value)
+
+    def close(self) -> None:
+        self._cache.close()
+
+
+def open_store(url: str) -> Store:
+    """``memory://``, a directory path (diskcache), or ``redis://host:port/db``."""
+    if url.startswith("memory://"):
+        return MemoryStore()
+    if url.startswith(("redis://", "rediss://")):
+        from proxy.redis_store import RedisStore
+
+        return RedisStore(url)
+    return DiskStore(url)

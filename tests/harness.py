@@ -1,0 +1,45 @@
+"""Helpers for rule tests: build a context, run one rule with options, check invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from proxy.context import RequestContext
+from proxy.invariants import rewrite_problems
+from proxy.store import MemoryStore
+from proxy.tokens import TokenCounter
+from rules.base import RuleDeps
+
+
+def make_ctx(messages: list[dict[str, Any]], **kw: Any) -> RequestContext:
+    kw.setdefault("model", "gpt-4o")
+    kw.setdefault("session_id", "test-session")
+    return RequestContext(messages=messages, **kw)
+
+
+def make_deps(**kw: Any) -> RuleDeps:
+    kw.setdefault("store", MemoryStore())
+    kw.setdefault("counter", TokenCounter("o200k_base"))
+    return RuleDeps(**kw)
+
+
+def run_rule(cls: type, messages: list[dict[str, Any]], deps: RuleDeps | None = None,
+             ctx_kw: dict[str, Any] | None = None, **options: Any) -> RequestContext:
+    """Apply one rule with ``options`` and return the resulting context.
+
+    The input messages are checked to be left unmutated.
+    """
+    frozen = json.dumps(messages, sort_keys=True)
+    rule = cls(cls.Config(**options), deps or make_deps())
+    out = asyncio.run(rule.apply(make_ctx(messages, **(ctx_kw or {}))))
+    assert json.dumps(messages, sort_keys=True) == frozen, "the rule mutated its input"
+    return out
+
+
+def assert_valid_rewrite(original: list[dict[str, Any]], ctx: RequestContext) -> None:
+    zones = ctx.notes.get("zones")
+    zone_line = zones.get("system_line") if isinstance(zones, dict) else None
+    found = rewrite_problems(original, ctx.messages, zone_line)
+    assert not found, found
