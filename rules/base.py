@@ -90,3 +90,48 @@ def fingerprint(*parts: Any) -> str:
     """A short stable hash of JSON-able parts."""
     blob = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --- turns and blocks --------------------------------------------------------------
+#
+# A *unit* is the smallest piece of history a rule may drop, fold or summarize without
+# breaking the request: a user message; an assistant message together with the tool
+# results that answer its tool calls; any other single message. Units never split a
+# tool-call/tool-result pair.
+#
+# Block alignment (shared by every rule whose decision depends on later turns): after
+# the leading system prompts, units are grouped into blocks of ``block`` units counted
+# from the start. A block is *closed* once all of its units are older than the recent
+# window of ``window`` units, so the raw tail holds between ``window`` and
+# ``window + block - 1`` units. Between two block boundaries a new request only appends
+# to the raw tail; everything before it is byte-identical to the previous request's, and
+# the provider's prompt cache keeps hitting.
+
+
+def units(messages: list[Any], start: int = 0) -> list[tuple[int, int]]:
+    """Half-open ``(begin, end)`` index spans of the units of ``messages[start:]``."""
+    spans: list[tuple[int, int]] = []
+    i, n = start, len(messages)
+    while i < n:
+        j = i + 1
+        if messages[i].get("role") == "assistant" and messages[i].get("tool_calls"):
+            while j < n and messages[j].get("role") == "tool":
+                j += 1
+        spans.append((i, j))
+        i = j
+    return spans
+
+
+def closed_block_count(n_units: int, window: int, block: int) -> int:
+    """How many whole blocks of ``block`` units lie before the recent ``window``."""
+    if block <= 0:
+        return 0
+    return max(0, (n_units - window) // block)
+
+
+def closed_prefix_end(messages: list[Any], window: int, block: int) -> int:
+    """Message index where the closed blocks end and the raw tail begins."""
+    head = system_prefix_len(messages)
+    spans = units(messages, head)
+    closed = closed_block_count(len(spans), window, block) * block
+    return spans[closed - 1][1] if closed else head
