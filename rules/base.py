@@ -135,3 +135,10 @@ def closed_prefix_end(messages: list[Any], window: int, block: int) -> int:
     spans = units(messages, head)
     closed = closed_block_count(len(spans), window, block) * block
     return spans[closed - 1][1] if closed else head
+
+
+# Messages that rules inject (summaries, retrieved memory) start with one of these header
+# lines, so later rules (zones, budget) can recognise them without adding unknown keys
+# to the message dicts, which strict providers would reject.
+SUMMARY_HEADER = "[context-engine:summary]"
+MEMORY_HEADER = "[context-engine:memory]"
