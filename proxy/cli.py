@@ -1,0 +1,128 @@
+"""``context-engine``: serve, report, demo, bench, rules."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from proxy.settings import ConfigError, Settings, load_settings
+
+
+def _serve_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default 8787)")
+    p.add_argument("--upstream", help="upstream base URL (default https://api.openai.com/v1)")
+    p.add_argument("--config", help="path to config.yaml (default ./config.yaml if present)")
+    p.add_argument("--rules", help='enabled rules in order, comma separated; "" = passthrough')
+    p.add_argument("--ledger", help="SQLite ledger path")
+    p.add_argument("--store", help="store: a directory, memory:// or redis://…")
+    p.add_argument("--mode", help="rewrite | shadow | ab")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    flags = {k: getattr(args, k, None) for k in
+             ("host", "port", "upstream", "rules", "ledger", "store", "mode")}
+    return load_settings(flags=flags, config_path=getattr(args, "config", None))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+
+    settings = _settings(args)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    logging.getLogger("context_engine").info(
+        "context-engine on http://%s:%d → %s, mode %s, rules: %s", settings.host, settings.port,
+        settings.upstream, settings.mode, ", ".join(settings.rules) or "(none: passthrough)")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                access_log=False)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from proxy.ledger import read_rows
+    from proxy.report import parse_since, render, totals_by_model
+
+    settings = _settings(args)
+    try:
+        since = parse_since(args.since)
+    except ValueError as exc:
+        print(f"context-engine: {exc}", file=sys.stderr)
+        return 2
+    rows = read_rows(settings.ledger, since)
+    if not rows:
+        print(f"No requests in the ledger at {settings.ledger}" + (f" since {args.since}" if args.since else ""))
+        return 0
+    Console(width=140).print(render(totals_by_model(rows)))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from proxy.demo import run_demo
+
+    return run_demo(_settings(args), turns=args.turns)
+
+
+def cmd_bench(argv: list[str]) -> int:
+    try:
+        from bench.cli import main as bench_main
+    except ImportError:
+        print("context-engine: the bench is not installed in this build", file=sys.stderr)
+        return 2
+    return int(bench_main(argv))
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from rules import DEFAULT_RULES, REGISTRY
+    from rules.base import config_help
+
+    for name in sorted(REGISTRY):
+        on = "on by default" if name in DEFAULT_RULES else "off by default"
+        print(f"{name} ({on})")
+        for opt, kind, default, text in config_help(REGISTRY[name].Config):
+            print(f"  {opt}: {kind} = {default!r}  — {text}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="context-engine", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the proxy")
+    _serve_flags(p)
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("report", help="the bill before and after, from the ledger")
+    _serve_flags(p)
+    p.add_argument("--since", help="30m, 24h, 7d or an ISO date")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("demo", help="replay a bundled agent conversation through the proxy")
+    _serve_flags(p)
+    p.add_argument("--turns", type=int, default=0, help="stop after N requests (0 = all)")
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("rules", help="list the rules and their options")
+    p.set_defaults(func=cmd_rules)
+    sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        return cmd_bench(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        result: Any = args.func(args)
+    except ConfigError as exc:
+        print(f"context-engine: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    return int(result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Every other ``/v1/*`` request (models, embeddings, files, …), forwarded unchanged."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.chat import error_response
+from proxy.errors import ProxyError
+from proxy.relay import relay
+from proxy.upstream import Upstream, request_headers
+
+
+class Passthrough:
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    async def handle(self, request: Request) -> Response:
+        has_body = request.method not in ("GET", "HEAD", "OPTIONS", "DELETE") or (
+            "content-length" in request.headers or "transfer-encoding" in request.headers)
+        body = request.stream() if has_body else b""
+        started = time.perf_counter()
+        try:
+            r = await self.upstream.send(request.method, request.url.path, request.url.query,
+                                         request_headers(request.headers.raw), body)
+        except ProxyError as exc:
+            return error_response(exc)
+        return await relay(r, started, [], None, buffer=False)
