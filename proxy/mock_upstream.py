@@ -46,6 +46,7 @@ class MockState:
     received: list[Received] = field(default_factory=list)
     prompts: list[list[int]] = field(default_factory=list)
     counter: TokenCounter = field(default_factory=TokenCounter)
+    simulate_cache: bool = True
 
 
 def _cached(state: MockState, tokens: list[int]) -> int:
@@ -69,6 +70,8 @@ def _encode(s: str) -> tuple[int, ...]:
 
 
 def _prompt_tokens(state: MockState, body: dict[str, Any]) -> tuple[int, int]:
+    if not state.simulate_cache:
+        return 0, 0
     parts: list[int] = []
     for m in body.get("messages", []):
         parts.extend(_encode(json.dumps(m, sort_keys=True, ensure_ascii=False)))
@@ -202,10 +205,33 @@ class ServerThread:
 
 
 class MockUpstream(ServerThread):
-    def __init__(self, port: int = 0) -> None:
-        self.state = MockState()
+    def __init__(self, port: int = 0, simulate_cache: bool = True) -> None:
+        self.state = MockState(simulate_cache=simulate_cache)
         super().__init__(build_mock_app(self.state), port)
 
     @property
     def received(self) -> list[Received]:
         return self.state.received
+
+
+def main() -> None:
+    """``python -m proxy.mock_upstream --port N [--plain]``: serve the mock in the foreground."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="OpenAI-API mock on 127.0.0.1")
+    p.add_argument("--port", type=int, default=8788)
+    p.add_argument("--plain", action="store_true", help="no token counting or cache simulation")
+    args = p.parse_args()
+    state = MockState(simulate_cache=not args.plain)
+    state.received = _Discard()  # a long-running mock keeps no history
+    uvicorn.run(build_mock_app(state), host="127.0.0.1", port=args.port, log_level="warning",
+                access_log=False)
+
+
+class _Discard(list):  # type: ignore[type-arg]
+    def append(self, item: Any) -> None:
+        pass
+
+
+if __name__ == "__main__":
+    main()

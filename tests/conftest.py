@@ -1,0 +1,76 @@
+"""Shared fixtures: a real mock upstream and real proxies on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from hypothesis import settings as hyp_settings
+
+from proxy.app import create_app
+from proxy.engine import Engine
+from proxy.mock_upstream import MockUpstream, ServerThread
+from proxy.settings import load_settings
+from proxy.store import MemoryStore
+
+hyp_settings.register_profile("fast", max_examples=60, deadline=None)
+hyp_settings.register_profile("deep", max_examples=1000, deadline=None)
+hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("CONTEXT_ENGINE_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def mock() -> Iterator[MockUpstream]:
+    with MockUpstream() as m:
+        yield m
+
+
+@dataclasses.dataclass
+class RunningProxy:
+    server: ServerThread
+    app: Any
+    ledger_path: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def client(self, **kw: Any) -> Any:
+        from openai import OpenAI
+
+        kw.setdefault("api_key", "sk-test-key")
+        kw.setdefault("max_retries", 0)
+        return OpenAI(base_url=self.url + "/v1", **kw)
+
+    def rows(self) -> list[dict[str, Any]]:
+        from proxy.ledger import read_rows
+
+        self.app.state.ledger.flush()
+        return read_rows(self.ledger_path)
+
+
+@pytest.fixture
+def start_proxy(mock: MockUpstream, tmp_path: Path) -> Iterator[Any]:
+    """Start a proxy in front of the mock; ``rules`` overrides the rule instances."""
+    running: list[ServerThread] = []
+
+    def start(rules: list[Any] | None = None, upstream: str | None = None, **flags: Any) -> RunningProxy:
+        flags.setdefault("rules", "")
+        flags.setdefault("store", "memory://")
+        flags.setdefault("ledger", str(tmp_path / f"ledger{len(running)}.db"))
+        flags["upstream"] = upstream or mock.url + "/v1"
+        settings = load_settings(flags=flags, env={}, config_path=os.devnull)
+        engine = Engine(settings, store=MemoryStore(), rules=rules)
+        app = create_app(settings, engine=engine)
+        server = ServerThread(app).__enter__()
+        running.append(server)
+        return RunningProxy(server, app, settings.ledger)
+
+    yield start
+    for server in running:
+        server.__exit__(None, None, None)

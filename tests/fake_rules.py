@@ -1,0 +1,56 @@
+"""Tiny rules for testing the pipeline machinery (not registered in the product)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from proxy.context import RequestContext
+from rules.base import RuleDeps, last_user_index
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    pass
+
+
+class Raises:
+    name = "raises"
+    Config = NoConfig
+
+    def __init__(self, config: NoConfig | None = None, deps: RuleDeps | None = None) -> None:
+        pass
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        raise RuntimeError("this rule always fails")
+
+
+class DropOldAssistant:
+    """Drops assistant messages without tool calls before the last user turn."""
+
+    name = "drop_old_assistant"
+    Config = NoConfig
+
+    def __init__(self, config: NoConfig | None = None, deps: RuleDeps | None = None) -> None:
+        pass
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        last = last_user_index(ctx.messages)
+        kept = [m for i, m in enumerate(ctx.messages)
+                if i >= last or m.get("role") != "assistant" or m.get("tool_calls")]
+        return ctx.replace(messages=kept) if len(kept) != len(ctx.messages) else ctx
+
+
+class BreaksLastUser:
+    """Rewrites the last user turn: the invariant check must refuse it."""
+
+    name = "breaks_last_user"
+    Config = NoConfig
+
+    def __init__(self, config: NoConfig | None = None, deps: RuleDeps | None = None) -> None:
+        pass
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        i = last_user_index(ctx.messages)
+        msgs = list(ctx.messages)
+        msgs[i] = {**msgs[i], "content": "tampered"}
+        return ctx.replace(messages=msgs)
