@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any, AsyncIterator
 
@@ -9,15 +10,21 @@ import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from proxy import __version__
 from proxy.chat import ChatCompletions
+from proxy.dashboard import dashboard_html
 from proxy.engine import Engine
+from proxy.finish import Finisher
 from proxy.ledger import Ledger
+from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
+from proxy.report import parse_since
 from proxy.settings import Settings
+from proxy.stats import stats_from_ledger
 from proxy.upstream import Upstream
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -33,6 +40,11 @@ async def http_error(request: Request, exc: Exception) -> Response:
                         status_code=status)
 
 
+def _stats_after_flush(ledger: Ledger, since: float | None) -> dict[str, Any]:
+    ledger.flush()
+    return stats_from_ledger(ledger.path, since)
+
+
 def create_app(settings: Settings, engine: Engine | None = None,
                transport: httpx.AsyncBaseTransport | None = None,
                ledger: Ledger | None = None) -> Starlette:
@@ -40,7 +52,9 @@ def create_app(settings: Settings, engine: Engine | None = None,
     ledger = ledger if ledger is not None else Ledger(settings.ledger)
     upstream = Upstream(settings.upstream, settings.upstream_timeout, settings.connect_timeout,
                         transport=transport)
-    chat = ChatCompletions(engine, upstream, ledger)
+    metrics = Metrics()
+    finisher = Finisher(engine, ledger, metrics)
+    chat = ChatCompletions(engine, upstream, finisher)
     passthrough = Passthrough(upstream)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -51,16 +65,37 @@ def create_app(settings: Settings, engine: Engine | None = None,
             "invariant_failures": engine.stats.invariant_failures,
         })
 
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def stats_endpoint(request: Request) -> Response:
+        try:
+            since = parse_since(request.query_params.get("since"))
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
+                                           "param": "since", "code": "invalid_since"}}, status_code=400)
+        await finisher.drain()
+        data = await asyncio.to_thread(_stats_after_flush, ledger, since)
+        return JSONResponse(data)
+
+    async def dashboard(request: Request) -> Response:
+        return HTMLResponse(dashboard_html())
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            await finisher.drain()
+            finisher.close()
             await upstream.aclose()
             ledger.close()
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/stats", stats_endpoint, methods=["GET"]),
+        Route("/dashboard", dashboard, methods=["GET"]),
         Route("/v1/chat/completions", chat.handle, methods=["POST"]),
         Route("/chat/completions", chat.handle, methods=["POST"]),
         Route("/v1/{path:path}", passthrough.handle, methods=METHODS),
@@ -68,4 +103,5 @@ def create_app(settings: Settings, engine: Engine | None = None,
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.ledger, app.state.upstream = engine, ledger, upstream
+    app.state.finisher, app.state.metrics = finisher, metrics
     return app

@@ -48,7 +48,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from proxy.ledger import read_rows
-    from proxy.report import parse_since, render, totals_by_model
+    from proxy.report import build, parse_since, render, to_csv, to_json
 
     settings = _settings(args)
     try:
@@ -57,10 +57,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"context-engine: {exc}", file=sys.stderr)
         return 2
     rows = read_rows(settings.ledger, since)
-    if not rows:
+    data = build(rows, args.by)
+    if args.format == "json":
+        print(to_json(data))
+    elif args.format == "csv":
+        print(to_csv(data), end="")
+    elif not rows:
         print(f"No requests in the ledger at {settings.ledger}" + (f" since {args.since}" if args.since else ""))
-        return 0
-    Console(width=140).print(render(totals_by_model(rows)))
+    else:
+        console = Console(width=150)
+        for part in render(data):
+            console.print(part)
     return 0
 
 
@@ -100,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="the bill before and after, from the ledger")
     _serve_flags(p)
     p.add_argument("--since", help="30m, 24h, 7d or an ISO date")
+    p.add_argument("--by", choices=("model", "rule", "session", "day"), default="model")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="replay a bundled agent conversation through the proxy")
     _serve_flags(p)

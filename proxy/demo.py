@@ -20,7 +20,7 @@ def run_demo(settings: Settings, turns: int = 0) -> int:
     from openai import OpenAI
     from rich.console import Console
 
-    from proxy.report import render, totals_by_model
+    from proxy.report import build, render
 
     console = Console(width=140)
     messages = conversation()
@@ -44,6 +44,7 @@ def run_demo(settings: Settings, turns: int = 0) -> int:
                               f"input tokens {before} → {after}")
         app.state.ledger.flush()
     rows = [r for r in read_rows(settings.ledger, started) if r["session"].startswith("demo-session")]
-    console.print(render(totals_by_model(rows)))
+    for part in render(build(rows, "model")):
+        console.print(part)
     console.print(f"ledger: {settings.ledger}  ·  see it again with: context-engine report")
     return 0

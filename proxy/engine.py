@@ -30,6 +30,12 @@ class Engine:
         self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps),
                                  self.stats)
 
+    def count(self, body: dict[str, Any]) -> int:
+        """Tokens of a request as the client sent it."""
+        counter, _ = counter_for_model(str(body.get("model") or ""))
+        tools = body.get("tools")
+        return counter.request(body["messages"], tools if isinstance(tools, list) else None)
+
     async def rewrite(self, body: dict[str, Any], session_id: str) -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated)."""
         model = str(body.get("model") or "")

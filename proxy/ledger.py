@@ -28,8 +28,11 @@ CREATE TABLE IF NOT EXISTS requests (
   prompt_tokens INTEGER, cached_tokens INTEGER, completion_tokens INTEGER,
   status INTEGER, proxy_ms REAL, upstream_ms REAL,
   stream INTEGER, finish_reason TEXT,
-  failed_open INTEGER, rule_errors INTEGER, error TEXT
+  failed_open INTEGER, rule_errors INTEGER, error TEXT,
+  tool_retries INTEGER, utilization REAL, oscillation REAL, context TEXT
 );
+"""
+INDEXES = """
 CREATE INDEX IF NOT EXISTS requests_ts ON requests(ts);
 CREATE INDEX IF NOT EXISTS requests_session ON requests(session);
 """
@@ -59,12 +62,17 @@ class LedgerRow:
     failed_open: bool = False
     rule_errors: int = 0
     error: str = ""
+    tool_retries: int = 0
+    utilization: float | None = None
+    oscillation: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)
     ts: float = field(default_factory=time.time)
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)
         d["rule_savings"] = json.dumps(self.rule_savings, sort_keys=True)
         d["journal"] = json.dumps(self.journal, ensure_ascii=False)
+        d["context"] = json.dumps(self.context, ensure_ascii=False, sort_keys=True)
         return d
 
 
@@ -79,6 +87,12 @@ def connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(SCHEMA)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(requests)")}
+    for name in COLUMNS:  # ledgers written by an older version gain the new columns
+        if name not in have:
+            conn.execute(f"ALTER TABLE requests ADD COLUMN {name}")
+    conn.executescript(INDEXES)
+    conn.commit()
     return conn
 
 

@@ -2,8 +2,9 @@
 
 ``relay`` returns a starlette response. Non-streamed bodies are read whole and sent
 with their length; streamed ones (SSE, or anything when ``buffer`` is false) go out
-chunk by chunk as they arrive. ``on_done`` runs once the body is finished or the
-transfer broke, with what the usage tap saw — that is where the ledger row is made.
+chunk by chunk as they arrive. ``on_done`` runs once the body has been sent or the
+transfer broke, with what the usage tap saw; it must only schedule work (the ledger
+row, shadow rewrites, context metrics), never block.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from typing import AsyncIterator, Callable
 
 import httpx
+from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from proxy.upstream import response_headers
@@ -41,12 +43,14 @@ async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[byt
             body, error = b"", f"upstream broke mid-body: {type(exc).__name__}"
         finally:
             await r.aclose()
+        background = None
         if tap is not None and on_done is not None:
             tap.feed(body)
-            on_done(tap.close(), (time.perf_counter() - started) * 1000, error)
+            background = BackgroundTask(_call_soon, on_done, tap.close(),
+                                        (time.perf_counter() - started) * 1000, error)
         if not any(k == b"content-length" for k, _ in headers):
             headers.append((b"content-length", str(len(body)).encode()))
-        response = Response(content=body, status_code=r.status_code)
+        response = Response(content=body, status_code=r.status_code, background=background)
         response.raw_headers = headers
         return response
     response = StreamingResponse(_chunks(r, tap, started, on_done), status_code=r.status_code)
@@ -69,3 +73,8 @@ async def _chunks(r: httpx.Response, tap: UsageTap | None, started: float,
         await r.aclose()
         if tap is not None and on_done is not None:
             on_done(tap.close(), (time.perf_counter() - started) * 1000, error)
+
+
+async def _call_soon(on_done: Done, usage: Usage, ms: float, error: str) -> None:
+    """Run ``on_done`` on the event loop (a sync background task would run in a thread)."""
+    on_done(usage, ms, error)

@@ -1,44 +1,24 @@
-"""``context-engine report``: the bill before and after, per model, from the ledger.
+"""``context-engine report``: the bill before and after, from the ledger.
 
-For each request the actual input is what the upstream billed (``usage``), and the
-original input is that plus the tokens the rules removed. Cached tokens are priced at
-the model's cached rate in both, so the comparison assumes the provider would have
-cached the same tokens without the proxy (the shadow/A-B modes measure that instead).
-Requests without upstream usage fall back to the proxy's own token counts.
+``--by model|rule|session|day``, ``--format table|json|csv``; the A/B comparison is
+added when the ledger holds ``ab`` rows. See ``proxy/aggregate.py`` for the cost model.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from proxy.pricing import price_for
+from proxy import ab_compare
+from proxy.aggregate import Totals, by_rule, overall, totals_by
 
-
-@dataclass
-class ModelTotals:
-    model: str
-    requests: int = 0
-    tokens_original: int = 0
-    tokens_sent: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    cost_original: float = 0.0
-    cost_actual: float = 0.0
-    priced: bool = True
-    failed_open: int = 0
-    rule_savings: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def saving_pct(self) -> float:
-        return 100.0 * (1 - self.cost_actual / self.cost_original) if self.cost_original else 0.0
-
-    @property
-    def token_saving_pct(self) -> float:
-        return 100.0 * (1 - self.tokens_sent / self.tokens_original) if self.tokens_original else 0.0
+BY = ("model", "rule", "session", "day")
+FORMATS = ("table", "json", "csv")
 
 
 def parse_since(value: str | None, now: float | None = None) -> float | None:
@@ -59,56 +39,94 @@ def parse_since(value: str | None, now: float | None = None) -> float | None:
     return dt.timestamp()
 
 
-def row_costs(row: dict[str, Any]) -> tuple[float, float] | None:
-    """(original, actual) cost of one ledger row, or None if the model has no price."""
-    price = price_for(row.get("model") or "")
-    if price is None:
-        return None
-    saved = (row.get("tokens_original") or 0) - (row.get("tokens_sent") or 0)
-    prompt = row.get("prompt_tokens")
-    if prompt is None:
-        prompt = row.get("tokens_sent") or 0
-    cached = min(row.get("cached_tokens") or 0, prompt)
-    out = (row.get("completion_tokens") or 0) * price.output
-    actual = (prompt - cached) * price.input + cached * price.cached_input + out
-    original = (prompt + saved - cached) * price.input + cached * price.cached_input + out
-    return original, actual
+def build(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
+    """The report as data: overall money view, the breakdown, fail-open share, A/B."""
+    total = overall(rows)
+    data: dict[str, Any] = {
+        "by": by,
+        "overall": total.as_dict(),
+        "failed_open_share": total.failed_open / total.requests if total.requests else 0.0,
+    }
+    if by == "rule":
+        data["rows"] = [r.as_dict() for r in by_rule(rows)]
+    else:
+        data["rows"] = [t.as_dict() for t in totals_by(rows, by)]
+    if any(r.get("mode") == "ab" for r in rows):
+        data["ab"] = ab_compare.compare(rows)
+    return data
 
 
-def totals_by_model(rows: list[dict[str, Any]]) -> list[ModelTotals]:
-    import json
-
-    by: dict[str, ModelTotals] = {}
-    for row in rows:
-        t = by.setdefault(row.get("model") or "", ModelTotals(row.get("model") or ""))
-        t.requests += 1
-        t.tokens_original += row.get("tokens_original") or 0
-        t.tokens_sent += row.get("tokens_sent") or 0
-        t.cached_tokens += row.get("cached_tokens") or 0
-        t.completion_tokens += row.get("completion_tokens") or 0
-        t.failed_open += 1 if row.get("failed_open") else 0
-        for rule, saved in json.loads(row.get("rule_savings") or "{}").items():
-            t.rule_savings[rule] = t.rule_savings.get(rule, 0) + int(saved)
-        costs = row_costs(row)
-        if costs is None:
-            t.priced = False
-        else:
-            t.cost_original += costs[0]
-            t.cost_actual += costs[1]
-    return sorted(by.values(), key=lambda t: t.model)
+def to_csv(data: dict[str, Any]) -> str:
+    out = io.StringIO()
+    rows = data["rows"]
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
 
 
-def render(totals: list[ModelTotals]) -> Any:
+def to_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+def _money(t: dict[str, Any]) -> str:
+    if not t["priced"]:
+        return "no price"
+    return f"${t['cost_original']:.4f} → ${t['cost_actual']:.4f}"
+
+
+def render(data: dict[str, Any]) -> list[Any]:
+    """Rich renderables: the breakdown table, the overall line, and A/B if present."""
     from rich.table import Table
 
-    table = Table(title="Context Engine — bill before and after")
-    for col in ("model", "requests", "input tokens original → sent", "cached",
-                "cost original → actual", "saving"):
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for t in totals:
-        cost = (f"${t.cost_original:.4f} → ${t.cost_actual:.4f}" if t.priced else "no price")
-        table.add_row(t.model or "(none)", str(t.requests),
-                      f"{t.tokens_original:,} → {t.tokens_sent:,} (-{t.token_saving_pct:.1f}%)",
-                      f"{t.cached_tokens:,}", cost,
-                      f"{t.saving_pct:.1f}%" if t.priced else "-")
+    by = data["by"]
+    table = Table(title=f"Context Engine — bill before and after, by {by}")
+    if by == "rule":
+        for col in ("rule", "tokens saved", "fired", "runs", "failures", "would save (shadow)", "ms/run"):
+            table.add_column(col, justify="left" if col == "rule" else "right")
+        for r in data["rows"]:
+            table.add_row(r["rule"], f"{r['saved']:,}", str(r["fired"]), str(r["runs"]),
+                          str(r["failures"]), f"{r['would_save']:,}",
+                          f"{r['ms_total'] / r['runs']:.2f}" if r["runs"] else "-")
+    else:
+        for col in (by, "requests", "input tokens original → sent", "cached",
+                    "cost original → actual", "saving"):
+            table.add_column(col, justify="left" if col == by else "right")
+        for t in data["rows"]:
+            table.add_row(t["key"], str(t["requests"]),
+                          f"{t['tokens_original']:,} → {t['tokens_sent']:,} (-{t['token_saving_pct']:.1f}%)",
+                          f"{t['cached_tokens']:,}", _money(t),
+                          f"{t['saving_pct']:.1f}%" if t["priced"] else "-")
+    o = data["overall"]
+    lines: list[Any] = [table, (
+        f"all: {o['requests']} requests, input tokens {o['tokens_original']:,} → {o['tokens_sent']:,}, "
+        f"cost {_money(o)} ({o['saving_pct']:.1f}% saved); failed open: "
+        f"{100 * data['failed_open_share']:.2f}% of requests"
+        + (f"; shadow rewrites would have saved {o['would_save']:,} tokens" if o["would_save"] else ""))]
+    if "ab" in data:
+        lines.append(_ab_table(data["ab"]))
+    return lines
+
+
+def _ab_table(ab: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="A/B: what the provider billed, per arm (sessions are the unit)")
+    for col in ("arm", "sessions", "requests", "$/request", "prompt tok/request", "errors",
+                "length/filter", "turns/session", "tool retries/request"):
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    for arm, a in ab["arms"].items():
+        table.add_row(arm, str(a["sessions"]), str(a["requests"]), fmt(a["cost_per_request"], ".6f"),
+                      fmt(a["prompt_tokens_per_request"], ",.0f"), fmt(a["error_share"], ".1%"),
+                      fmt(a["cut_share"], ".1%"), fmt(a["turns_per_session"], ".1f"),
+                      fmt(a["tool_retries_per_request"], ".3f"))
+    d = ab["cost_diff"]
+    if d["ci_low"] is not None:
+        table.caption = (f"rewrite − passthrough, $/request: {d['diff']:+.6f} "
+                         f"(95% CI {d['ci_low']:+.6f} … {d['ci_high']:+.6f})")
     return table
+
+
+__all__ = ["BY", "FORMATS", "Totals", "build", "parse_since", "render", "to_csv", "to_json"]

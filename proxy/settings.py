@@ -42,6 +42,8 @@ class Settings:
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
+    ab_share: float = field(default=0.5,
+                            metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
     log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
     rules: tuple[str, ...] = field(default=(), metadata={"help": "enabled rules, in run order"})
     rule_options: Mapping[str, Mapping[str, Any]] = field(
@@ -201,6 +203,8 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"upstream: {s.upstream!r} must be an http:// or https:// URL")
     if not 0 < s.port < 65536:
         raise ConfigError(f"port: {s.port} is out of range 1-65535")
+    if not 0.0 <= s.ab_share <= 1.0:
+        raise ConfigError(f"ab_share: {s.ab_share} must be between 0 and 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     levels = ("debug", "info", "warning", "error")

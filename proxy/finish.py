@@ -1,0 +1,94 @@
+"""After the response: shadow rewrites, context metrics, the ledger row and /metrics.
+
+All of it runs once the response body has been sent: shadow rewrites in one worker
+thread (so they never hold up the event loop), the rest as a task on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from typing import Any
+
+from proxy.context_metrics import Oscillation, data_segments, tool_retries, utilization
+from proxy.engine import Engine, Rewrite
+from proxy.ledger import Ledger, LedgerRow
+from proxy.usage_tap import Usage
+
+log = logging.getLogger("context_engine.finish")
+MAX_PENDING = 256
+
+
+def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
+    if rewrite is None:
+        row.failed_open = True
+        return
+    res = rewrite.result
+    row.encoding, row.encoding_fallback = rewrite.encoding, rewrite.encoding_fallback
+    row.tokens_original, row.tokens_sent = res.tokens_before, res.tokens_after
+    row.failed_open = res.failed_open
+    row.rule_errors = sum(1 for j in res.journal if j.error)
+    if not res.failed_open:
+        row.rule_savings = {j.rule: j.saved for j in res.journal}
+    row.journal = [{"rule": j.rule, "before": j.tokens_before, "after": j.tokens_after,
+                    "ms": round(j.ms, 3), "note": j.note, "error": j.error} for j in res.journal]
+    retrieve = res.ctx.notes.get("retrieve")
+    if isinstance(retrieve, dict):
+        row.context = {k: retrieve[k] for k in ("scores", "snippets", "hit") if k in retrieve}
+
+
+class Finisher:
+    def __init__(self, engine: Engine, ledger: Ledger | None, metrics: Any = None) -> None:
+        self.engine = engine
+        self.ledger = ledger
+        self.metrics = metrics
+        self.oscillation = Oscillation()
+        self.shadow_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shadow")
+        self.pending: set[asyncio.Task[None]] = set()
+        self.skipped_shadow = 0
+
+    def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
+                 usage: Usage, shadow: bool) -> None:
+        if shadow and len(self.pending) >= MAX_PENDING:
+            self.skipped_shadow += 1
+            shadow = False
+            row.error = row.error or "shadow skipped: backlog full"
+        task = asyncio.get_running_loop().create_task(self._finish(row, data, rewrite, usage, shadow))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _finish(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
+                      usage: Usage, shadow: bool) -> None:
+        try:
+            if shadow:
+                rewrite = await asyncio.get_running_loop().run_in_executor(
+                    self.shadow_pool, _rewrite_in_thread, self.engine, data, row.session)
+                fill_from_rewrite(row, rewrite)
+            messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
+            row.utilization = utilization(data_segments(messages), usage.text)
+            snippets = row.context.get("snippets")
+            if isinstance(snippets, list):
+                row.oscillation = self.oscillation.observe(row.session, map(str, snippets))
+            row.tool_retries = tool_retries(data["messages"])
+        except Exception:  # the edge: metrics never lose the ledger row
+            log.exception("finishing a request failed")
+        if self.ledger is not None:
+            self.ledger.record(row)
+        if self.metrics is not None:
+            self.metrics.observe(row)
+
+    async def drain(self) -> None:
+        while self.pending:
+            await asyncio.gather(*list(self.pending), return_exceptions=True)
+
+    def close(self) -> None:
+        self.shadow_pool.shutdown(wait=True)
+
+
+def _rewrite_in_thread(engine: Engine, data: dict[str, Any], session: str) -> Rewrite | None:
+    try:
+        return asyncio.run(engine.rewrite(data, session))
+    except Exception:
+        log.exception("shadow rewrite failed")
+        return None

@@ -1,0 +1,40 @@
+"""``GET /stats``: the ledger summarised as JSON (the dashboard reads this)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from proxy import ab_compare
+from proxy.aggregate import by_rule, overall, slowest, totals_by
+from proxy.ledger import read_rows
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
+    total = overall(rows)
+    span = (rows[-1]["ts"] - rows[0]["ts"]) if rows else 0.0
+    return {
+        "generated_at": time.time(),
+        "since": since,
+        "overall": total.as_dict(),
+        "failed_open_share": total.failed_open / total.requests if total.requests else 0.0,
+        "by_model": [t.as_dict() for t in totals_by(rows, "model")],
+        "by_rule": [r.as_dict() for r in by_rule(rows)],
+        "over_time": {"bucket": "hour" if span <= 3 * 86400 else "day",
+                      "rows": [t.as_dict() for t in totals_by(rows, "hour" if span <= 3 * 86400 else "day")]},
+        "ab": ab_compare.compare(rows) if any(r.get("mode") == "ab" for r in rows) else None,
+        "slowest": slowest(rows),
+        "context": {
+            "utilization_mean": _mean([r["utilization"] for r in rows if r.get("utilization") is not None]),
+            "oscillation_mean": _mean([r["oscillation"] for r in rows if r.get("oscillation") is not None]),
+        },
+    }
+
+
+def stats_from_ledger(path: str, since: float | None) -> dict[str, Any]:
+    return stats(read_rows(path, since), since)
