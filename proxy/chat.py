@@ -59,6 +59,7 @@ class ChatCompletions:
             mode = modes.resolve(request.headers, self.settings.mode)
         except ProxyError as exc:
             return error_response(exc)
+        self.finisher.begin()
         sid = session_id(request.headers, body.data["messages"])
         arm = modes.arm(mode, sid, self.settings.ab_share)
         row = LedgerRow(session=sid, model=str(body.data.get("model") or ""), mode=mode, arm=arm,

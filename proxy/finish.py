@@ -47,6 +47,10 @@ class Finisher:
         self.shadow_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shadow")
         self.pending: set[asyncio.Task[None]] = set()
         self.skipped_shadow = 0
+        self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
+
+    def begin(self) -> None:
+        self.unfinished += 1
 
     def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
                  usage: Usage, shadow: bool) -> None:
@@ -77,6 +81,7 @@ class Finisher:
             self.ledger.record(row)
         if self.metrics is not None:
             self.metrics.observe(row)
+        self.unfinished -= 1
 
     async def drain(self) -> None:
         while self.pending:

@@ -48,8 +48,14 @@ class RunningProxy:
         return OpenAI(base_url=self.url + "/v1", **kw)
 
     def rows(self) -> list[dict[str, Any]]:
+        """The ledger, once every request so far has been finished and written."""
+        import time
+
         from proxy.ledger import read_rows
 
+        deadline = time.time() + 20
+        while self.app.state.finisher.unfinished and time.time() < deadline:
+            time.sleep(0.005)
         self.app.state.ledger.flush()
         return read_rows(self.ledger_path)
 
