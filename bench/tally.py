@@ -48,8 +48,9 @@ class Tally:
                 self.problems.append(f"{case_id}: {out.problems[0]}")
         self.failed_open += int(out.failed_open)
         for entry in out.journal:
-            self.rule_saved[entry.rule] += entry.saved
             self.rule_errors += int(bool(entry.error))
+            if not out.failed_open:  # a reverted rewrite saved nothing
+                self.rule_saved[entry.rule] += entry.saved
         self.ms.append(out.ms)
         self.ms_by_length[length_bucket(n_messages)].append(out.ms)
 
