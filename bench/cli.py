@@ -18,6 +18,7 @@ from rich.console import Console
 
 from bench import cases as cases_mod
 from bench import report as report_mod
+from bench.cases import Case
 from bench.runner import run_replay, run_single, summarize
 from bench.systems import SYSTEM_KINDS, build_systems, engine_settings
 from proxy.settings import ConfigError
@@ -48,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the full results as JSON")
     parser.add_argument("--markdown", default=None, metavar="OUT",
                         help="write a short Markdown table (for the README)")
+    parser.add_argument("--by-dataset", action="store_true",
+                        help="report each meta.dataset of a file separately (e.g. tau-bench)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -76,15 +79,16 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     }
     for path in files:
         cases = cases_mod.load_cases(path, args.limit, dedupe=args.replay)
-        start = time.perf_counter()
-        if args.replay:
-            tallies = await run_replay(cases, systems, counters[0], args.cache_ratio)
-        else:
-            tallies = await run_single(cases, systems, counters)
-        report["files"][path.name] = {"cases": len(cases), "systems": summarize(tallies)}
-        if not args.quiet:
-            err.print(f"{path.name}: {len(cases)} cases, {len(systems)} systems, "
-                      f"{time.perf_counter() - start:.1f} s")
+        for label, group in _groups(path.name, cases, args.by_dataset):
+            start = time.perf_counter()
+            if args.replay:
+                tallies = await run_replay(group, systems, counters[0], args.cache_ratio)
+            else:
+                tallies = await run_single(group, systems, counters)
+            report["files"][label] = {"cases": len(group), "systems": summarize(tallies)}
+            if not args.quiet:
+                err.print(f"{label}: {len(group)} cases, {len(systems)} systems, "
+                          f"{time.perf_counter() - start:.1f} s")
     report_mod.print_report(report)
     if args.json_out:
         report_mod.write_json(report, args.json_out)
@@ -92,6 +96,13 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         with open(args.markdown, "w", encoding="utf-8") as fh:
             fh.write(report_mod.markdown(report))
     return 0
+
+
+def _groups(name: str, cases: list[Case], by_dataset: bool) -> list[tuple[str, list[Case]]]:
+    if not by_dataset:
+        return [(name, cases)]
+    datasets = sorted({c.dataset for c in cases})
+    return [(f"{name} [{d}]", [c for c in cases if c.dataset == d]) for d in datasets]
 
 
 def main(argv: list[str] | None = None) -> int:

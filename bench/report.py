@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 PRIMARY = "o200k_base"
@@ -32,7 +33,7 @@ def _retention(s: dict[str, Any]) -> str:
 
 def single_table(file: str, result: dict[str, Any]) -> Table:
     encodings = list(next(iter(result["systems"].values()))["tokens_before"])
-    table = Table(title=f"{file}: {result['cases']} cases, one request each")
+    table = Table(title=escape(f"{file}: {result['cases']} cases, one request each"))
     table.add_column("system")
     table.add_column(f"tokens ({PRIMARY})", justify="right")
     for enc in encodings:
@@ -40,7 +41,7 @@ def single_table(file: str, result: dict[str, Any]) -> Table:
     for name in ("evidence retained", "invalid", "fail-open", "median ms", "p95 ms"):
         table.add_column(name, justify="right")
     for name, s in result["systems"].items():
-        table.add_row(name, f"{s['tokens_after'].get(PRIMARY, 0):,}",
+        table.add_row(escape(name), f"{s['tokens_after'].get(PRIMARY, 0):,}",
                       *[_pct(s["reduction"][e]) for e in encodings], _retention(s),
                       str(s["invalid"]), str(s["failed_open"]),
                       _ms(s["latency_ms"]), _p95(s["latency_ms"]))
@@ -48,14 +49,15 @@ def single_table(file: str, result: dict[str, Any]) -> Table:
 
 
 def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table:
-    table = Table(title=f"{file}: replay of {result['cases']} cases, cache read at {cache_ratio}x")
+    title = f"{file}: replay of {result['cases']} cases, cache read at {cache_ratio}x"
+    table = Table(title=escape(title))
     for name in ("system", "requests", "reduction", "prefix stable (mean)", "full prefix",
                  "cost vs none", "invalid", "median ms", "p95 ms", "ms @20", "ms @200"):
         table.add_column(name, justify="left" if name == "system" else "right")
     for name, s in result["systems"].items():
         r = s["replay"]
         at = r["latency_ms_at_turn"]
-        table.add_row(name, str(s["requests"]), _pct(s["reduction"].get(PRIMARY)),
+        table.add_row(escape(name), str(s["requests"]), _pct(s["reduction"].get(PRIMARY)),
                       _pct(r["prefix_stability_mean"]), _pct(r["full_prefix_share"]),
                       "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.3f}x",
                       str(s["invalid"]), _ms(s["latency_ms"]), _p95(s["latency_ms"]),
@@ -71,24 +73,24 @@ def rules_table(file: str, result: dict[str, Any]) -> Table | None:
             rows.append((name, rule, saved, saved / before if before else 0.0))
     if not rows:
         return None
-    table = Table(title=f"{file}: tokens saved per rule (journal, {PRIMARY})")
+    table = Table(title=escape(f"{file}: tokens saved per rule (journal, {PRIMARY})"))
     for col in ("system", "rule", "saved", "share of original"):
         table.add_column(col, justify="left" if col in ("system", "rule") else "right")
     for name, rule, saved, share in rows:
-        table.add_row(name, rule, f"{saved:,}", _pct(share))
+        table.add_row(escape(name), escape(rule), f"{saved:,}", _pct(share))
     return table
 
 
 def latency_growth(file: str, result: dict[str, Any]) -> Table:
     buckets = sorted({b for s in result["systems"].values() for b in s["latency_ms_by_length"]},
                      key=lambda b: int(b[1:]) + 1 if b.startswith(">") else int(b.split("-")[0]))
-    table = Table(title=f"{file}: median rewrite ms by request length (messages)")
+    table = Table(title=escape(f"{file}: median rewrite ms by request length (messages)"))
     table.add_column("system")
     for b in buckets:
         table.add_column(b, justify="right")
     for name, s in result["systems"].items():
         by = s["latency_ms_by_length"]
-        table.add_row(name, *[_ms(by[b]) if b in by else "-" for b in buckets])
+        table.add_row(escape(name), *[_ms(by[b]) if b in by else "-" for b in buckets])
     return table
 
 

@@ -23,11 +23,14 @@ def agent_messages() -> list[dict[str, Any]]:
     return [
         SYSTEM,
         {"role": "user", "content": "Find booking ABC123 and tell me the gate."},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", args='{"id": "ABC123"}')]},
-        {"role": "tool", "tool_call_id": "c1", "content": '{"booking": "ABC123", "flight": "LH 400"}'},
+        {"role": "assistant", "content": None,
+         "tool_calls": [tool_call("c1", args='{"id": "ABC123"}')]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": '{"booking": "ABC123", "flight": "LH 400"}'},
         {"role": "assistant", "content": "DROP-ME filler"},
         {"role": "user", "content": "And the gate?"},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("c2", args='{"flight": "LH 400"}')]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [tool_call("c2", args='{"flight": "LH 400"}')]},
         {"role": "tool", "tool_call_id": "c2", "content": '{"gate": "B12"}'},
     ]
 

@@ -38,7 +38,8 @@ def test_last_n_keeps_the_last_user_turn_outside_the_window():
 def test_mask_observations_masks_all_but_the_last_k_tool_outputs():
     messages = agent_messages()
     out = mask_observations(messages, keep=1)
-    assert out[3] == {"role": "tool", "tool_call_id": "c1", "content": placeholder(messages[3]["content"])}
+    masked = placeholder(messages[3]["content"])
+    assert out[3] == {"role": "tool", "tool_call_id": "c1", "content": masked}
     assert out[7] is messages[7]
     assert messages[3]["content"].startswith('{"booking"'), "input was mutated"
     assert mask_observations(messages, keep=3) == messages

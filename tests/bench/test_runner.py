@@ -50,7 +50,8 @@ def test_a_dropped_message_is_a_lost_probe_and_a_rule_saving(test_rules):
 
 
 def test_each_rule_alone_and_a_broken_tool_pair_fails_open(test_rules):
-    systems = build_systems(engine_settings("drop_marked,drop_first_tool"), kinds=("engine", "alone"))
+    settings = engine_settings("drop_marked,drop_first_tool")
+    systems = build_systems(settings, kinds=("engine", "alone"))
     out = _single(systems)
     assert list(out) == ["none", "engine[drop_marked,drop_first_tool]", "drop_marked alone",
                          "drop_first_tool alone"]
