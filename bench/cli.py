@@ -74,6 +74,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "command": "context-engine bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "mode": "replay" if args.replay else "single",
         "rules": list(settings.rules),
+        "rule_options": {k: dict(v) for k, v in sorted(settings.rule_options.items())},
         "cache_ratio": args.cache_ratio,
         "files": {},
     }

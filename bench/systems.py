@@ -31,6 +31,7 @@ class Outcome:
     journal: list[JournalEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     failed_open: bool = False
+    reverted_because: list[str] = field(default_factory=list)  # the pipeline's invariant check
 
 
 class Session(Protocol):
@@ -82,7 +83,8 @@ class _EngineSession:
         out = list(ctx.messages)
         return Outcome(out, ms, journal=list(rw.result.journal),
                        problems=rewrite_problems(messages, out, zone_line),
-                       failed_open=rw.result.failed_open)
+                       failed_open=rw.result.failed_open,
+                       reverted_because=list(rw.result.problems))
 
 
 @dataclass

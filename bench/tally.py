@@ -24,8 +24,10 @@ class Tally:
     invalid: int = 0
     problems: list[str] = field(default_factory=list)
     failed_open: int = 0
+    reverted: list[str] = field(default_factory=list)
     rule_errors: int = 0
     rule_saved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    rule_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     ms: list[float] = field(default_factory=list)
     ms_by_length: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     # replay only
@@ -47,8 +49,11 @@ class Tally:
             if len(self.problems) < 5:
                 self.problems.append(f"{case_id}: {out.problems[0]}")
         self.failed_open += int(out.failed_open)
+        if out.failed_open and len(self.reverted) < 5:
+            self.reverted.append(f"{case_id}: {'; '.join(out.reverted_because[:2])}")
         for entry in out.journal:
             self.rule_errors += int(bool(entry.error))
+            self.rule_ms[entry.rule].append(entry.ms)
             if not out.failed_open:  # a reverted rewrite saved nothing
                 self.rule_saved[entry.rule] += entry.saved
         self.ms.append(out.ms)
@@ -89,8 +94,10 @@ class Tally:
             "invalid": self.invalid,
             "problem_examples": self.problems,
             "failed_open": self.failed_open,
+            "failed_open_examples": self.reverted,
             "rule_errors": self.rule_errors,
             "rule_saved": dict(sorted(self.rule_saved.items())),
+            "rule_latency_ms": {r: _latency(v) for r, v in sorted(self.rule_ms.items())},
             "latency_ms": _latency(self.ms),
             "latency_ms_by_length": {k: _latency(v) for k, v in sorted(self.ms_by_length.items(),
                                                                       key=_bucket_key)},

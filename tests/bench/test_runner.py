@@ -57,6 +57,8 @@ def test_each_rule_alone_and_a_broken_tool_pair_fails_open(test_rules):
                          "drop_first_tool alone"]
     both = out["engine[drop_marked,drop_first_tool]"]
     assert both["failed_open"] == 1 and both["invalid"] == 0
+    assert "['c1'] left without results" in both["failed_open_examples"][0]
+    assert set(both["rule_latency_ms"]) == {"drop_marked", "drop_first_tool"}
     assert both["tokens_after"] == both["tokens_before"] and both["rule_saved"] == {}
     assert out["drop_marked alone"]["rule_saved"]["drop_marked"] > 0
 
