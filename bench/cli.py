@@ -61,12 +61,13 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         files = ([cases_mod.resolve_file(f) for f in args.files] if args.files
                  else cases_mod.default_files())
     except (ConfigError, FileNotFoundError) as exc:
-        err.print(f"bench: {exc}")
+        err.print(f"bench: {exc}", markup=False)
         return 2
     kinds = tuple(k.strip() for k in args.systems.split(",") if k.strip())
     unknown = [k for k in kinds if k not in SYSTEM_KINDS]
     if unknown or args.limit is not None and args.limit < 1:
-        err.print(f"bench: bad --systems {unknown} (valid: {', '.join(SYSTEM_KINDS)}) or --limit")
+        err.print(f"bench: bad --systems {unknown} (valid: {', '.join(SYSTEM_KINDS)}) or --limit",
+                  markup=False)
         return 2
     systems = build_systems(settings, args.last_n, args.mask_keep, args.model, kinds)
     counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
@@ -89,7 +90,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             report["files"][label] = {"cases": len(group), "systems": summarize(tallies)}
             if not args.quiet:
                 err.print(f"{label}: {len(group)} cases, {len(systems)} systems, "
-                          f"{time.perf_counter() - start:.1f} s")
+                          f"{time.perf_counter() - start:.1f} s", markup=False)
     report_mod.print_report(report)
     if args.json_out:
         report_mod.write_json(report, args.json_out)
