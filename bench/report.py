@@ -98,7 +98,9 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
     if console is None:
         console = Console()
         if not console.is_terminal:
-            console = Console(width=160)
+            console = Console(width=200)
+    rules = ", ".join(report["rules"]) or "(no rules: the same as none)"
+    console.print(f"engine = {rules}", markup=False)
     for file, result in report["files"].items():
         if report["mode"] == "replay":
             console.print(replay_table(file, result, report["cache_ratio"]))
@@ -116,7 +118,8 @@ def write_json(report: dict[str, Any], path: str) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     """A short Markdown table, with the command that produced it."""
-    lines = [f"`{report['command']}`", ""]
+    lines = [f"`{report['command']}`", "", f"engine = {', '.join(report['rules']) or 'no rules'}",
+             ""]
     if report["mode"] == "replay":
         lines += ["| file | system | reduction | prefix stable | cost vs none | median ms |",
                   "|---|---|---:|---:|---:|---:|"]

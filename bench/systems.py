@@ -109,7 +109,8 @@ SYSTEM_KINDS = ("none", "last_n", "mask_observations", "engine", "alone")
 
 def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
                   model: str = "gpt-4o", kinds: tuple[str, ...] = SYSTEM_KINDS) -> list[Any]:
-    """none, last_n, mask_observations, the project, and each of its rules alone.
+    """none, last_n, mask_observations, the project (``engine``: all of ``settings.rules``),
+    and each of its rules alone (``<rule> alone``).
 
     ``none`` is always included: the other systems are measured against it.
     """
@@ -120,7 +121,7 @@ def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
         systems.append(BaselineSystem(f"mask_observations({mask_keep})",
                                       lambda m: baselines.mask_observations(m, mask_keep)))
     if "engine" in kinds:
-        systems.append(EngineSystem("engine[" + ",".join(settings.rules) + "]", settings, model))
+        systems.append(EngineSystem("engine", settings, model))
     if "alone" in kinds and len(settings.rules) > 1:
         for rule in settings.rules:
             solo = dataclasses.replace(settings, rules=(rule,))

@@ -27,10 +27,10 @@ def _printed(report):
     return console.export_text()
 
 
-def test_tables_show_names_with_brackets_and_per_rule_savings(test_rules):
+def test_tables_show_titles_with_brackets_the_rules_and_per_rule_savings(test_rules):
     text = _printed(_report("single"))
     assert "x.jsonl [test]: 1 cases, one request each" in text
-    assert "engine[drop_marked]" in text
+    assert "engine = drop_marked" in text
     assert "tokens saved per rule" in text and "drop_marked" in text
     assert "50.0% (1/2)" in text  # the engine dropped the message one probe needs
 

@@ -33,15 +33,15 @@ def test_request_points_are_user_turns_and_last_tool_results():
 
 def test_engine_without_rules_equals_none():
     out = _single(build_systems(engine_settings(""), kinds=("engine",)))
-    assert list(out) == ["none", "engine[]"]
-    assert out["none"]["tokens_after"] == out["engine[]"]["tokens_after"]
-    assert out["engine[]"]["retention"] == 1.0 and out["engine[]"]["probes"] == 2
-    assert out["engine[]"]["probes_without_evidence"] == 1
+    assert list(out) == ["none", "engine"]
+    assert out["none"]["tokens_after"] == out["engine"]["tokens_after"]
+    assert out["engine"]["retention"] == 1.0 and out["engine"]["probes"] == 2
+    assert out["engine"]["probes_without_evidence"] == 1
 
 
 def test_a_dropped_message_is_a_lost_probe_and_a_rule_saving(test_rules):
     out = _single(build_systems(engine_settings("drop_marked"), kinds=("engine",)))
-    engine = out["engine[drop_marked]"]
+    engine = out["engine"]
     dropped = COUNTER.message(agent_messages()[4])
     assert engine["tokens_before"]["o200k_base"] - engine["tokens_after"]["o200k_base"] == dropped
     assert engine["rule_saved"] == {"drop_marked": dropped}
@@ -53,9 +53,9 @@ def test_each_rule_alone_and_a_broken_tool_pair_fails_open(test_rules):
     settings = engine_settings("drop_marked,drop_first_tool")
     systems = build_systems(settings, kinds=("engine", "alone"))
     out = _single(systems)
-    assert list(out) == ["none", "engine[drop_marked,drop_first_tool]", "drop_marked alone",
+    assert list(out) == ["none", "engine", "drop_marked alone",
                          "drop_first_tool alone"]
-    both = out["engine[drop_marked,drop_first_tool]"]
+    both = out["engine"]
     assert both["failed_open"] == 1 and both["invalid"] == 0
     assert "['c1'] left without results" in both["failed_open_examples"][0]
     assert set(both["rule_latency_ms"]) == {"drop_marked", "drop_first_tool"}
