@@ -3,7 +3,8 @@
 - tokens: ``TokenCounter.request`` (per-message overhead and tool schemas included);
 - evidence: a probe is retained when every evidence substring occurs in the text a
   model would read: message contents (strings or text parts), names, tool-call
-  arguments (raw and JSON-decoded) and anything injected as a message;
+  arguments (raw and JSON-decoded) and anything injected as a message; roles, ids and
+  types are not text;
 - prefix stability: the tokens of the leading messages that are byte-identical to the
   previous request's (tool schemas count when they are identical too), over the tokens of
   the current request;
@@ -21,14 +22,18 @@ from proxy.tokens import TokenCounter
 Messages = list[dict[str, Any]]
 SEPARATOR = "\x00"
 LENGTH_BUCKETS = (20, 100, 300)  # request lengths in messages: ≤20, ≤100, ≤300, >300
+# Structural values no probe should be answered from (a call id like "call_001" is not
+# evidence of the number 001).
+STRUCTURAL_KEYS = frozenset({"role", "tool_call_id", "id", "type"})
 
 
 def _strings(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
+        for k, v in value.items():
+            if k not in STRUCTURAL_KEYS:
+                yield from _strings(v)
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from _strings(v)

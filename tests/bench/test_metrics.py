@@ -15,8 +15,10 @@ def test_visible_text_covers_contents_text_parts_and_tool_arguments():
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     ]
     text = visible_text(messages)
-    for evidence in ("part one", "Zürich", '"city"', "sunny", "helpful agent"):
+    for evidence in ("part one", "Zürich", '"city"', "sunny", "helpful agent", "lookup"):
         assert probe_retained([evidence], text), evidence
+    for structural in ("c1", "function", "tool"):
+        assert not probe_retained([structural], text), structural
 
 
 def test_probe_is_lost_when_one_evidence_substring_is_gone():
