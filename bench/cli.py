@@ -1,0 +1,114 @@
+"""``context-engine bench [FILES…] [--rules …] [--limit N] [--replay] [--json OUT]``.
+
+Without FILES, the three dev files of the shared data folder are read. Every system runs
+over the same cases: ``none``, ``last_n``, ``mask_observations``, the project's pipeline
+with its configured rules (or ``--rules``), and each of those rules alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+
+from bench import cases as cases_mod
+from bench import report as report_mod
+from bench.cases import Case
+from bench.runner import run_replay, run_single, summarize
+from bench.systems import SYSTEM_KINDS, build_systems, engine_settings
+from proxy.settings import ConfigError
+from proxy.tokens import TokenCounter
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="*", metavar="FILES",
+                        help="JSONL data files, or names in the data folder (e.g. locomo); "
+                             "default: the three *_dev.jsonl files")
+    parser.add_argument("--rules", default=None,
+                        help="comma-separated rules of the project system (default: configured)")
+    parser.add_argument("--config", default=None, help="config.yaml to read rules and options from")
+    parser.add_argument("--limit", type=int, default=None, help="at most N cases per file")
+    parser.add_argument("--replay", action="store_true",
+                        help="replay every request point of each case (conversations deduplicated)")
+    parser.add_argument("--cache-ratio", type=float, default=0.1,
+                        help="price of a cached input token relative to an uncached one")
+    parser.add_argument("--last-n", type=int, default=12, help="N of the last_n baseline")
+    parser.add_argument("--mask-keep", type=int, default=3,
+                        help="tool outputs mask_observations leaves unmasked")
+    parser.add_argument("--systems", default=",".join(SYSTEM_KINDS),
+                        help=f"systems to run besides none: {', '.join(SYSTEM_KINDS)}")
+    parser.add_argument("--model", default="gpt-4o", help="model name sent to the engine")
+    parser.add_argument("--encodings", default="o200k_base,cl100k_base",
+                        help="token encodings to count (the first is primary; replay uses it only)")
+    parser.add_argument("--json", dest="json_out", default=None, metavar="OUT",
+                        help="write the full results as JSON")
+    parser.add_argument("--markdown", default=None, metavar="OUT",
+                        help="write a short Markdown table (for the README)")
+    parser.add_argument("--by-dataset", action="store_true",
+                        help="report each meta.dataset of a file separately (e.g. tau-bench)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    err = Console(stderr=True)
+    try:
+        settings = engine_settings(args.rules, args.config)
+        files = ([cases_mod.resolve_file(f) for f in args.files] if args.files
+                 else cases_mod.default_files())
+    except (ConfigError, FileNotFoundError) as exc:
+        err.print(f"bench: {exc}", markup=False)
+        return 2
+    kinds = tuple(k.strip() for k in args.systems.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in SYSTEM_KINDS]
+    if unknown or args.limit is not None and args.limit < 1:
+        err.print(f"bench: bad --systems {unknown} (valid: {', '.join(SYSTEM_KINDS)}) or --limit",
+                  markup=False)
+        return 2
+    systems = build_systems(settings, args.last_n, args.mask_keep, args.model, kinds)
+    counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
+    report: dict[str, Any] = {
+        "command": "context-engine bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "mode": "replay" if args.replay else "single",
+        "rules": list(settings.rules),
+        "rule_options": {k: dict(v) for k, v in sorted(settings.rule_options.items())},
+        "cache_ratio": args.cache_ratio,
+        "files": {},
+    }
+    for path in files:
+        cases = cases_mod.load_cases(path, args.limit, dedupe=args.replay)
+        for label, group in _groups(path.name, cases, args.by_dataset):
+            start = time.perf_counter()
+            if args.replay:
+                tallies = await run_replay(group, systems, counters[0], args.cache_ratio)
+            else:
+                tallies = await run_single(group, systems, counters)
+            report["files"][label] = {"cases": len(group), "systems": summarize(tallies)}
+            if not args.quiet:
+                err.print(f"{label}: {len(group)} cases, {len(systems)} systems, "
+                          f"{time.perf_counter() - start:.1f} s", markup=False)
+    report_mod.print_report(report)
+    if args.json_out:
+        report_mod.write_json(report, args.json_out)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as fh:
+            fh.write(report_mod.markdown(report))
+    return 0
+
+
+def _groups(name: str, cases: list[Case], by_dataset: bool) -> list[tuple[str, list[Case]]]:
+    if not by_dataset:
+        return [(name, cases)]
+    datasets = sorted({c.dataset for c in cases})
+    return [(f"{name} [{d}]", [c for c in cases if c.dataset == d]) for d in datasets]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="context-engine bench", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return asyncio.run(run(args, argv))

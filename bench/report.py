@@ -1,0 +1,140 @@
+"""Bench results as rich tables (terminal), JSON (machines) and Markdown (README)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+PRIMARY = "o200k_base"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def _ms(lat: dict[str, Any]) -> str:
+    return "-" if lat.get("median") is None else f"{lat['median']:.2f}"
+
+
+def _p95(lat: dict[str, Any]) -> str:
+    return "-" if lat.get("p95") is None else f"{lat['p95']:.2f}"
+
+
+def _retention(s: dict[str, Any]) -> str:
+    if not s["probes"]:
+        return "-"
+    return f"{_pct(s['retention'])} ({s['retained']}/{s['probes']})"
+
+
+def single_table(file: str, result: dict[str, Any]) -> Table:
+    encodings = list(next(iter(result["systems"].values()))["tokens_before"])
+    table = Table(title=escape(f"{file}: {result['cases']} cases, one request each"))
+    table.add_column("system")
+    table.add_column(f"tokens ({PRIMARY})", justify="right")
+    for enc in encodings:
+        table.add_column(f"saved {enc.split('_')[0]}", justify="right")
+    for name in ("evidence retained", "invalid", "fail-open", "median ms", "p95 ms"):
+        table.add_column(name, justify="right")
+    for name, s in result["systems"].items():
+        table.add_row(escape(name), f"{s['tokens_after'].get(PRIMARY, 0):,}",
+                      *[_pct(s["reduction"][e]) for e in encodings], _retention(s),
+                      str(s["invalid"]), str(s["failed_open"]),
+                      _ms(s["latency_ms"]), _p95(s["latency_ms"]))
+    return table
+
+
+def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table:
+    title = f"{file}: replay of {result['cases']} cases, cache read at {cache_ratio}x"
+    table = Table(title=escape(title))
+    for name in ("system", "requests", "reduction", "prefix stable (mean)", "full prefix",
+                 "cost vs none", "invalid", "median ms", "p95 ms", "ms @20", "ms @200"):
+        table.add_column(name, justify="left" if name == "system" else "right")
+    for name, s in result["systems"].items():
+        r = s["replay"]
+        at = r["latency_ms_at_turn"]
+        table.add_row(escape(name), str(s["requests"]), _pct(s["reduction"].get(PRIMARY)),
+                      _pct(r["prefix_stability_mean"]), _pct(r["full_prefix_share"]),
+                      "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.3f}x",
+                      str(s["invalid"]), _ms(s["latency_ms"]), _p95(s["latency_ms"]),
+                      _ms(at["20"]), _ms(at["200"]))
+    return table
+
+
+def rules_table(file: str, result: dict[str, Any]) -> Table | None:
+    rows = []
+    for name, s in result["systems"].items():
+        before = s["tokens_before"].get(PRIMARY, 0)
+        for rule, saved in s["rule_saved"].items():
+            rows.append((name, rule, saved, saved / before if before else 0.0))
+    if not rows:
+        return None
+    table = Table(title=escape(f"{file}: tokens saved per rule (journal, {PRIMARY})"))
+    for col in ("system", "rule", "saved", "share of original"):
+        table.add_column(col, justify="left" if col in ("system", "rule") else "right")
+    for name, rule, saved, share in rows:
+        table.add_row(escape(name), escape(rule), f"{saved:,}", _pct(share))
+    return table
+
+
+def latency_growth(file: str, result: dict[str, Any]) -> Table:
+    buckets = sorted({b for s in result["systems"].values() for b in s["latency_ms_by_length"]},
+                     key=lambda b: int(b[1:]) + 1 if b.startswith(">") else int(b.split("-")[0]))
+    table = Table(title=escape(f"{file}: median rewrite ms by request length (messages)"))
+    table.add_column("system")
+    for b in buckets:
+        table.add_column(b, justify="right")
+    for name, s in result["systems"].items():
+        by = s["latency_ms_by_length"]
+        table.add_row(escape(name), *[_ms(by[b]) if b in by else "-" for b in buckets])
+    return table
+
+
+def print_report(report: dict[str, Any], console: Console | None = None) -> None:
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=200)
+    rules = ", ".join(report["rules"]) or "(no rules: the same as none)"
+    console.print(f"engine = {rules}", markup=False)
+    for file, result in report["files"].items():
+        if report["mode"] == "replay":
+            console.print(replay_table(file, result, report["cache_ratio"]))
+        else:
+            console.print(single_table(file, result))
+        console.print(latency_growth(file, result))
+        table = rules_table(file, result)
+        if table is not None:
+            console.print(table)
+
+
+def write_json(report: dict[str, Any], path: str) -> None:
+    Path(path).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """A short Markdown table, with the command that produced it."""
+    lines = [f"`{report['command']}`", "", f"engine = {', '.join(report['rules']) or 'no rules'}",
+             ""]
+    if report["mode"] == "replay":
+        lines += ["| file | system | reduction | prefix stable | cost vs none | median ms |",
+                  "|---|---|---:|---:|---:|---:|"]
+    else:
+        lines += ["| file | system | reduction | evidence retained | invalid | median ms |",
+                  "|---|---|---:|---:|---:|---:|"]
+    for file, result in report["files"].items():
+        for name, s in result["systems"].items():
+            red = _pct(s["reduction"].get(PRIMARY))
+            if report["mode"] == "replay":
+                r = s["replay"]
+                cost = "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.2f}x"
+                lines.append(f"| {file} | {name} | {red} | {_pct(r['prefix_stability_mean'])} "
+                             f"| {cost} | {_ms(s['latency_ms'])} |")
+            else:
+                lines.append(f"| {file} | {name} | {red} | {_retention(s)} | {s['invalid']} "
+                             f"| {_ms(s['latency_ms'])} |")
+    return "\n".join(lines) + "\n"

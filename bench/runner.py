@@ -1,0 +1,65 @@
+"""Runs systems over cases: one request per case, or a replay of every request point."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from bench.cases import Case, request_points
+from bench.metrics import cache_cost, probe_retained, stable_prefix_tokens, visible_text
+from bench.tally import Tally
+from proxy.tokens import TokenCounter
+
+Progress = Callable[[str], None]
+
+
+def _counts(counters: Sequence[TokenCounter], messages: list[Any],
+            tools: list[dict[str, Any]] | None) -> dict[str, int]:
+    return {c.encoding: c.request(messages, tools) for c in counters}
+
+
+async def run_single(cases: Sequence[Case], systems: Sequence[Any],
+                     counters: Sequence[TokenCounter]) -> dict[str, Tally]:
+    """Each case's full request through each system (a fresh session per case)."""
+    tallies = {s.name: Tally() for s in systems}
+    for case in cases:
+        before = _counts(counters, case.messages, case.tools)
+        for system in systems:
+            out = await system.open(case.id).rewrite(case.messages, case.tools)
+            tally = tallies[system.name]
+            tally.add(case.id, len(case.messages), before,
+                      _counts(counters, out.messages, case.tools), out)
+            text = visible_text(out.messages)
+            for probe in case.probes:
+                tally.add_probe(case.id, probe.evidence, probe_retained(probe.evidence, text))
+    return tallies
+
+
+async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tally,
+                      cache_ratio: float) -> None:
+    """Feed ``messages[:i + 1]`` for every request point ``i``, in order, to one session."""
+    session = system.open("replay:" + case.id)
+    prev: list[Any] | None = None
+    for turn, i in enumerate(request_points(case.messages), start=1):
+        request = case.messages[: i + 1]
+        out = await session.rewrite(request, case.tools)
+        total = counter.request(out.messages, case.tools)
+        tally.add(case.id, len(request), {counter.encoding: counter.request(request, case.tools)},
+                  {counter.encoding: total}, out)
+        stable, full = stable_prefix_tokens(counter, prev, out.messages, case.tools, case.tools)
+        tally.add_replay(turn, out.ms, stable, total, None if prev is None else full,
+                         cache_cost(stable, total, cache_ratio))
+        prev = out.messages
+
+
+async def run_replay(cases: Sequence[Case], systems: Sequence[Any], counter: TokenCounter,
+                     cache_ratio: float) -> dict[str, Tally]:
+    tallies = {s.name: Tally() for s in systems}
+    for case in cases:
+        for system in systems:
+            await replay_case(case, system, counter, tallies[system.name], cache_ratio)
+    return tallies
+
+
+def summarize(tallies: dict[str, Tally]) -> dict[str, Any]:
+    none = tallies.get("none")
+    return {name: t.summary(none) for name, t in tallies.items()}

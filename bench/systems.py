@@ -1,0 +1,129 @@
+"""The systems a bench run compares, behind one interface.
+
+A system opens a fresh *session* per case (per replay sequence), so nothing leaks from
+one case into another; within a replay sequence the session keeps its state, as the
+proxy keeps its store across one agent's requests. The project's systems run through
+``proxy.engine.Engine``, the code the server runs, with a ``memory://`` store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from bench import baselines
+from proxy.context import JournalEntry
+from proxy.engine import Engine
+from proxy.invariants import rewrite_problems
+from proxy.settings import Settings, load_settings
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass
+class Outcome:
+    """One rewritten request, as the bench sees it."""
+
+    messages: Messages
+    ms: float
+    journal: list[JournalEntry] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    failed_open: bool = False
+    reverted_because: list[str] = field(default_factory=list)  # the pipeline's invariant check
+
+
+class Session(Protocol):
+    async def rewrite(self, messages: Messages, tools: list[dict[str, Any]] | None) -> Outcome: ...
+
+
+class System(Protocol):
+    name: str
+
+    def open(self, session_id: str) -> Session: ...
+
+
+@dataclass
+class _FunctionSession:
+    fn: Callable[[Messages], Messages]
+
+    async def rewrite(self, messages: Messages, tools: list[dict[str, Any]] | None) -> Outcome:
+        start = time.perf_counter()
+        out = self.fn(messages)
+        ms = (time.perf_counter() - start) * 1000
+        return Outcome(out, ms, problems=rewrite_problems(messages, out))
+
+
+@dataclass
+class BaselineSystem:
+    name: str
+    fn: Callable[[Messages], Messages]
+
+    def open(self, session_id: str) -> Session:
+        return _FunctionSession(self.fn)
+
+
+@dataclass
+class _EngineSession:
+    engine: Engine
+    session_id: str
+    model: str
+
+    async def rewrite(self, messages: Messages, tools: list[dict[str, Any]] | None) -> Outcome:
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        start = time.perf_counter()
+        rw = await self.engine.rewrite(body, self.session_id)
+        ms = (time.perf_counter() - start) * 1000
+        ctx = rw.result.ctx
+        zones = ctx.notes.get("zones")
+        zone_line = zones.get("system_line") if isinstance(zones, dict) else None
+        out = list(ctx.messages)
+        return Outcome(out, ms, journal=list(rw.result.journal),
+                       problems=rewrite_problems(messages, out, zone_line),
+                       failed_open=rw.result.failed_open,
+                       reverted_because=list(rw.result.problems))
+
+
+@dataclass
+class EngineSystem:
+    """The project's pipeline with ``settings.rules`` (a fresh Engine and store per session)."""
+
+    name: str
+    settings: Settings
+    model: str = "gpt-4o"
+
+    def open(self, session_id: str) -> Session:
+        return _EngineSession(Engine(self.settings), session_id, self.model)
+
+
+def engine_settings(rules: str | None, config: str | None = None) -> Settings:
+    """Settings for the bench: the given rules (or the configured ones), a memory store."""
+    return load_settings(flags={"rules": rules, "store": "memory://", "config": config})
+
+
+SYSTEM_KINDS = ("none", "last_n", "mask_observations", "engine", "alone")
+
+
+def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
+                  model: str = "gpt-4o", kinds: tuple[str, ...] = SYSTEM_KINDS) -> list[Any]:
+    """none, last_n, mask_observations, the project (``engine``: all of ``settings.rules``),
+    and each of its rules alone (``<rule> alone``).
+
+    ``none`` is always included: the other systems are measured against it.
+    """
+    systems: list[Any] = [BaselineSystem("none", baselines.none)]
+    if "last_n" in kinds:
+        systems.append(BaselineSystem(f"last_n({last_n})", lambda m: baselines.last_n(m, last_n)))
+    if "mask_observations" in kinds:
+        systems.append(BaselineSystem(f"mask_observations({mask_keep})",
+                                      lambda m: baselines.mask_observations(m, mask_keep)))
+    if "engine" in kinds:
+        systems.append(EngineSystem("engine", settings, model))
+    if "alone" in kinds and len(settings.rules) > 1:
+        for rule in settings.rules:
+            solo = dataclasses.replace(settings, rules=(rule,))
+            systems.append(EngineSystem(f"{rule} alone", solo, model))
+    return systems

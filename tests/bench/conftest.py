@@ -1,0 +1,87 @@
+"""Shared pieces of the bench tests: tiny hand-built cases and test-only rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from proxy.context import RequestContext
+from rules import REGISTRY
+from rules.base import option
+
+SYSTEM = {"role": "system", "content": "You are a helpful agent."}
+
+
+def tool_call(cid: str, name: str = "lookup", args: str = "{}") -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def agent_messages() -> list[dict[str, Any]]:
+    """system, task, two tool rounds, a filler turn marked for dropping, a final question."""
+    return [
+        SYSTEM,
+        {"role": "user", "content": "Find booking ABC123 and tell me the gate."},
+        {"role": "assistant", "content": None,
+         "tool_calls": [tool_call("c1", args='{"id": "ABC123"}')]},
+        {"role": "tool", "tool_call_id": "c1",
+         "content": '{"booking": "ABC123", "flight": "LH 400"}'},
+        {"role": "assistant", "content": "DROP-ME filler"},
+        {"role": "user", "content": "And the gate?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [tool_call("c2", args='{"flight": "LH 400"}')]},
+        {"role": "tool", "tool_call_id": "c2", "content": '{"gate": "B12"}'},
+    ]
+
+
+@dataclass(frozen=True)
+class DropMarkedConfig:
+    marker: str = option("DROP-ME", "assistant messages starting with this are dropped")
+
+
+class DropMarked:
+    """Test-only rule: drops assistant text messages that start with the marker."""
+
+    name = "drop_marked"
+    Config = DropMarkedConfig
+
+    def __init__(self, config: DropMarkedConfig, deps: Any) -> None:
+        self.config = config
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        kept = [m for m in ctx.messages if not (
+            m.get("role") == "assistant" and isinstance(m.get("content"), str)
+            and m["content"].startswith(self.config.marker))]
+        if len(kept) == len(ctx.messages):
+            return ctx
+        return ctx.with_note(self.name, {"dropped": len(ctx.messages) - len(kept)}).replace(
+            messages=kept)
+
+
+@dataclass(frozen=True)
+class DropFirstToolConfig:
+    pass
+
+
+class DropFirstTool:
+    """Test-only rule that breaks a tool pair (the pipeline must fail open)."""
+
+    name = "drop_first_tool"
+    Config = DropFirstToolConfig
+
+    def __init__(self, config: DropFirstToolConfig, deps: Any) -> None:
+        pass
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        for i, m in enumerate(ctx.messages):
+            if m.get("role") == "tool":
+                return ctx.replace(messages=ctx.messages[:i] + ctx.messages[i + 1:])
+        return ctx
+
+
+@pytest.fixture
+def test_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registers the test-only rules for one test (rules/__init__.py is left alone)."""
+    monkeypatch.setitem(REGISTRY, DropMarked.name, DropMarked)
+    monkeypatch.setitem(REGISTRY, DropFirstTool.name, DropFirstTool)

@@ -1,0 +1,70 @@
+"""The bench end to end on a few real cases from ``<repo>/../shared/data``."""
+
+import json
+
+import pytest
+
+from bench.cases import DEV_FILES, data_dir, load_cases
+from bench.cli import main
+
+DATA = data_dir()
+needs_data = pytest.mark.skipif(
+    DATA is None, reason="shared data not found beside the repo (set CONTEXT_ENGINE_DATA)")
+
+
+def _without_latency(value):
+    if isinstance(value, dict):
+        return {k: _without_latency(v) for k, v in value.items()
+                if not k.startswith("latency") and k != "command"}
+    return value
+
+
+@needs_data
+def test_bench_on_real_cases_is_deterministic(tmp_path, capsys):
+    outs = []
+    for run in ("a", "b"):
+        path = tmp_path / f"{run}.json"
+        argv = ["agent_traces", "locomo", "injections", "--limit", "3", "--json", str(path),
+                "--markdown", str(tmp_path / "bench.md"), "--quiet"]
+        assert main(argv) == 0
+        outs.append(json.loads(path.read_text()))
+    assert _without_latency(outs[0]) == _without_latency(outs[1])
+    report = outs[0]
+    assert list(report["files"]) == ["agent_traces_dev.jsonl", "locomo_dev.jsonl",
+                                     "injections_dev.jsonl"]
+    locomo = report["files"]["locomo_dev.jsonl"]["systems"]
+    assert locomo["none"]["retention"] == 1.0 and locomo["none"]["reduction"]["o200k_base"] == 0
+    assert locomo["last_n(12)"]["reduction"]["o200k_base"] > 0.9
+    assert locomo["last_n(12)"]["retained"] < locomo["last_n(12)"]["probes"]
+    for result in report["files"].values():
+        for s in result["systems"].values():
+            assert s["invalid"] == 0 and s["requests"] == 3
+    assert "locomo_dev.jsonl: 3 cases" in capsys.readouterr().out
+    assert "| locomo_dev.jsonl | last_n(12) |" in (tmp_path / "bench.md").read_text()
+
+
+@needs_data
+def test_replay_on_real_cases(tmp_path):
+    path = tmp_path / "replay.json"
+    assert main(["agent_traces", "locomo", "--replay", "--limit", "1", "--systems",
+                 "last_n,mask_observations,engine", "--json", str(path), "--quiet"]) == 0
+    report = json.loads(path.read_text())
+    locomo = report["files"]["locomo_dev.jsonl"]
+    conversation = load_cases(DATA / "locomo_dev.jsonl", limit=1)[0].messages
+    assert locomo["systems"]["none"]["requests"] == sum(
+        1 for m in conversation if m["role"] == "user")
+    replay = locomo["systems"]["last_n(12)"]["replay"]
+    assert replay["cost_vs_none"] < 1.0 and replay["full_prefix_share"] < 0.5
+    assert locomo["systems"]["none"]["replay"]["full_prefix_share"] == 1.0
+    assert locomo["systems"]["none"]["replay"]["latency_ms_at_turn"]["200"]["n"] == 1
+
+
+def test_bad_arguments_fail_with_status_2(capsys):
+    assert main(["no_such_file_here", "--quiet"]) == 2
+    assert main(["--rules", "no_such_rule", "--quiet"]) == 2
+    assert "unknown rule" in capsys.readouterr().err
+
+
+@needs_data
+def test_dev_files_are_found():
+    assert all((DATA / name).is_file() for name in DEV_FILES)

@@ -1,0 +1,102 @@
+import asyncio
+
+from bench.baselines import none
+from bench.cases import Case, Probe, request_points
+from bench.runner import replay_case, run_replay, run_single, summarize
+from bench.systems import BaselineSystem, build_systems, engine_settings
+from bench.tally import Tally
+from proxy.tokens import TokenCounter
+from tests.bench.conftest import agent_messages
+
+COUNTER = TokenCounter("o200k_base")
+
+
+def _case(**kw):
+    kw.setdefault("probes", (Probe("gate?", "B12", ("B12",)), Probe("filler?", "x", ("DROP-ME",)),
+                             Probe("no evidence", "?", ())))
+    return Case(id="t/1", messages=agent_messages(), meta={"dataset": "test"}, **kw)
+
+
+def _single(systems, cases=None):
+    return summarize(asyncio.run(run_single(cases or [_case()], systems, [COUNTER])))
+
+
+def test_request_points_are_user_turns_and_last_tool_results():
+    messages = agent_messages()
+    assert request_points(messages) == [1, 3, 5, 7]
+    parallel = messages[:2] + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "a"}, {"id": "b"}]},
+        {"role": "tool", "tool_call_id": "a", "content": "1"},
+        {"role": "tool", "tool_call_id": "b", "content": "2"}]
+    assert request_points(parallel) == [1, 4]
+
+
+def test_engine_without_rules_equals_none():
+    out = _single(build_systems(engine_settings(""), kinds=("engine",)))
+    assert list(out) == ["none", "engine"]
+    assert out["none"]["tokens_after"] == out["engine"]["tokens_after"]
+    assert out["engine"]["retention"] == 1.0 and out["engine"]["probes"] == 2
+    assert out["engine"]["probes_without_evidence"] == 1
+
+
+def test_a_dropped_message_is_a_lost_probe_and_a_rule_saving(test_rules):
+    out = _single(build_systems(engine_settings("drop_marked"), kinds=("engine",)))
+    engine = out["engine"]
+    dropped = COUNTER.message(agent_messages()[4])
+    assert engine["tokens_before"]["o200k_base"] - engine["tokens_after"]["o200k_base"] == dropped
+    assert engine["rule_saved"] == {"drop_marked": dropped}
+    assert (engine["retained"], engine["probes"], engine["lost_examples"]) == (1, 2, ["t/1"])
+    assert engine["invalid"] == 0 and engine["failed_open"] == 0
+
+
+def test_each_rule_alone_and_a_broken_tool_pair_fails_open(test_rules):
+    settings = engine_settings("drop_marked,drop_first_tool")
+    systems = build_systems(settings, kinds=("engine", "alone"))
+    out = _single(systems)
+    assert list(out) == ["none", "engine", "drop_marked alone",
+                         "drop_first_tool alone"]
+    both = out["engine"]
+    assert both["failed_open"] == 1 and both["invalid"] == 0
+    assert "['c1'] left without results" in both["failed_open_examples"][0]
+    assert set(both["rule_latency_ms"]) == {"drop_marked", "drop_first_tool"}
+    assert both["tokens_after"] == both["tokens_before"] and both["rule_saved"] == {}
+    assert out["drop_marked alone"]["rule_saved"]["drop_marked"] > 0
+
+
+def test_a_baseline_that_breaks_a_tool_pair_counts_as_invalid():
+    def drop_tool(messages):
+        return [m for m in messages if m.get("tool_call_id") != "c1"]
+
+    out = _single([BaselineSystem("none", none), BaselineSystem("broken", drop_tool)])
+    assert out["broken"]["invalid"] == 1
+    assert "without results" in out["broken"]["problem_examples"][0]
+    assert out["none"]["invalid"] == 0
+
+
+def test_replay_of_none_is_fully_stable_and_prices_history_at_the_cache_ratio():
+    case = _case()
+    tally = Tally()
+    asyncio.run(replay_case(case, BaselineSystem("none", none), COUNTER, tally, 0.1))
+    points = request_points(case.messages)
+    totals = [COUNTER.request(case.messages[:i + 1]) for i in points]
+    prev = [0] + [sum(COUNTER.message(m) for m in case.messages[:i + 1]) for i in points[:-1]]
+    assert tally.requests == 4 and tally.full_prefix == 3 and tally.prefix_points == 3
+    expected = sum(p * 0.1 + (t - p) for p, t in zip(prev, totals))
+    assert abs(tally.cost - expected) < 1e-6
+    assert tally.stable_shares[0] == 0.0 and all(0 < s < 1 for s in tally.stable_shares[1:])
+
+
+def test_replay_cost_of_a_moving_window_is_compared_with_none():
+    systems = build_systems(engine_settings(""), last_n=2, kinds=("last_n", "mask_observations"))
+    out = summarize(asyncio.run(run_replay([_case()], systems, COUNTER, 0.1)))
+    assert out["none"]["replay"]["cost_vs_none"] == 1.0
+    assert out["none"]["replay"]["full_prefix_share"] == 1.0
+    assert out["last_n(2)"]["replay"]["full_prefix_share"] < 1.0
+    assert out["mask_observations(3)"]["replay"]["cost_vs_none"] == 1.0  # only two tool outputs
+
+
+def test_stateful_sessions_are_fresh_per_case(test_rules):
+    systems = build_systems(engine_settings("drop_marked"), kinds=("engine",))
+    first = systems[1].open("a")
+    second = systems[1].open("b")
+    assert first.engine.store is not second.engine.store
