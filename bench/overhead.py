@@ -7,7 +7,7 @@ history, as agents do, with a new last user message. Reports p50/p95 of the
 direct and proxied round trips and the p50 difference, for ~4k- and ~25k-token
 requests. Run by hand; numbers go in the README, not in tests:
 
-    python3 bench/overhead.py [--requests 300] [--rules ""]
+    python3 bench/overhead.py [--requests 300] [--rules ""] [--mode shadow]
 """
 
 from __future__ import annotations
@@ -67,10 +67,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         subprocess.Popen([sys.executable, "-m", "proxy.mock_upstream", "--port", str(mock_port), "--plain"], env=env),
         subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--port", str(proxy_port),
                           "--upstream", f"http://127.0.0.1:{mock_port}/v1", "--rules", args.rules,
-                          "--store", "memory://", "--ledger", args.ledger, "--config", os.devnull],
+                          "--store", "memory://", "--ledger", args.ledger, "--config", os.devnull,
+                          "--mode", args.mode],
                          env={**env, "CONTEXT_ENGINE_LOG_LEVEL": "warning"}),
     ]
-    results: dict[str, Any] = {"rules": args.rules, "requests": args.requests}
+    results: dict[str, Any] = {"rules": args.rules, "mode": args.mode, "requests": args.requests}
     try:
         wait_up(f"http://127.0.0.1:{mock_port}/v1/models")
         wait_up(f"http://127.0.0.1:{proxy_port}/healthz")
@@ -108,6 +109,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--rules", default="", help='rules to enable in the proxy ("" = all off)')
+    p.add_argument("--mode", default="rewrite", choices=("rewrite", "shadow", "ab"))
     p.add_argument("--ledger", default="/tmp/context-engine-overhead.db")
     args = p.parse_args()
     print(json.dumps(run(args), indent=2))
