@@ -27,7 +27,9 @@ import yaml
 
 _MISSING: Any = object()
 _ID_LIKE = re.compile(r".*\d.*")
-_WORD = re.compile(r"[^\s\"'`,;:()\[\]{}<>|=]+")
+_WORD = re.compile(r"[A-Za-z0-9_@+\-]+(?:[./][A-Za-z0-9_@+\-]+)*")
+_IDENT = re.compile(r"\S*[\d_@]\S*")
+_DATE_OR_TIME = re.compile(r"[\d:T+-]+")
 
 
 @dataclass(frozen=True)
@@ -141,22 +143,37 @@ def leaf_used(v: Any, words: set[str], joined: str) -> bool:
     return s in words or (" " in s and s in joined)
 
 
-def learned_paths(value: Any, words: set[str], joined: str) -> list[tuple[str, ...]]:
-    """Generalised paths of the leaves whose values later turns used (sorted, unique)."""
+def _is_identifier(s: str) -> bool:
+    """An id, code or handle: a digit, ``_`` or ``@``, no space, not a date or a time."""
+    return len(s) >= 3 and bool(_IDENT.fullmatch(s)) and not _DATE_OR_TIME.fullmatch(s)
+
+
+def learned_paths(value: Any, words: set[str], joined: str,
+                  keep_ids: bool = False) -> list[tuple[str, ...]]:
+    """Generalised paths of the leaves whose values later turns used (sorted, unique).
+
+    With ``keep_ids``, string leaves that look like identifiers (a digit, ``_`` or ``@``,
+    no space, not a date or time: ids, codes, e-mails) count as used: later steps pass
+    them on verbatim.
+    """
     found: set[tuple[str, ...]] = set()
     _walk(value, (), words, joined, found)
+    if keep_ids:
+        _walk(value, (), set(), "", found, ident=True)
     return sorted(found)
 
 
 def _walk(v: Any, path: tuple[str, ...], words: set[str], joined: str,
-          found: set[tuple[str, ...]]) -> None:
+          found: set[tuple[str, ...]], ident: bool = False) -> None:
     if isinstance(v, dict):
         for k, x in v.items():
-            if leaf_used(k, words, joined) and _ID_LIKE.fullmatch(k):
+            if not ident and leaf_used(k, words, joined) and _ID_LIKE.fullmatch(k):
                 found.add(path + ("*",))
-            _walk(x, path + ("*" if _ID_LIKE.fullmatch(k) else k,), words, joined, found)
+            _walk(x, path + ("*" if _ID_LIKE.fullmatch(k) else k,), words, joined, found, ident)
     elif isinstance(v, list):
         for x in v:
-            _walk(x, path, words, joined, found)
-    elif leaf_used(v, words, joined):
+            _walk(x, path, words, joined, found, ident)
+    elif ident and isinstance(v, str) and _is_identifier(v):
+        found.add(path)
+    elif not ident and leaf_used(v, words, joined):
         found.add(path)
