@@ -111,7 +111,7 @@ def _clip(v: Any, path: tuple[str, ...], limits: dict[tuple[str, ...], int]) -> 
         return [_clip(x, path, limits) for x in v]
     n = limits.get(path)
     if isinstance(v, str) and n is not None and len(v) > n:
-        return v[:n] + "…"
+        return v[:n] + "..."
     return v
 
 

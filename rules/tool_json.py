@@ -153,7 +153,7 @@ class ToolJson:
             used = learned_paths(value, words, joined)
             self._remember(tool, used)
             if not used and self.config.stub_unused:
-                return self._marker(text, f"{tool or 'tool'} result unused later"), "stub"
+                return self._marker(text, f"unused {tool or 'tool'} result"), "stub"
             paths = learned_paths(value, words, joined, self.config.learned_keep_ids)
             if paths and self.config.learned_templates:
                 kept = keep_paths(value, paths)
@@ -183,10 +183,15 @@ class ToolJson:
         limit = self.config.max_chars
         if limit <= 0 or len(body) <= limit:
             return body
-        marker = "\n" + self._marker(original, f"{len(body) - limit} chars cut") + "\n"
+        marker = "\n" + self._marker(original, f"middle of {len(body)} chars cut") + "\n"
         room = max(0, limit - len(marker))
-        head, tail = room // 2, room - room // 2
-        return body[:head] + marker + (body[len(body) - tail:] if tail else "")
+        head = body[:room // 2]
+        tail = body[len(body) - (room - room // 2):] if room - room // 2 else ""
+        if "\n" in head:  # whole lines where there are lines
+            head = head[:head.rindex("\n")]
+        if "\n" in tail:
+            tail = tail[tail.index("\n") + 1:]
+        return head + marker + tail
 
     def _remember(self, tool: str, paths: list[tuple[str, ...]]) -> None:
         if not tool or not paths:
