@@ -45,11 +45,11 @@ def parse_path(path: str) -> tuple[str, ...]:
 
 def parse_template(raw: Any, where: str) -> Template:
     if not isinstance(raw, dict) or not isinstance(raw.get("keep", []), list):
-        raise ValueError(f"{where}: a template is a mapping with a 'keep' list")
+        raise TypeError(f"{where}: a template is a mapping with a 'keep' list")
     aliases = raw.get("aliases") or {}
     clip = raw.get("clip") or {}
     if not isinstance(aliases, dict) or not isinstance(clip, dict):
-        raise ValueError(f"{where}: 'aliases' and 'clip' must be mappings")
+        raise TypeError(f"{where}: 'aliases' and 'clip' must be mappings")
     return Template(
         keep=tuple(parse_path(str(p)) for p in raw.get("keep", [])),
         aliases={str(k): str(v) for k, v in aliases.items()},
@@ -66,7 +66,7 @@ def load_templates(paths: list[Path]) -> dict[str, Template]:
     for f in files:
         data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
         if not isinstance(data, dict):
-            raise ValueError(f"{f}: expected a mapping of tool name to template")
+            raise TypeError(f"{f}: expected a mapping of tool name to template")
         for tool, raw in data.items():
             out[str(tool)] = parse_template(raw, f"{f}:{tool}")
     return out
@@ -143,9 +143,9 @@ def leaf_used(v: Any, words: set[str], joined: str) -> bool:
     return s in words or (" " in s and s in joined)
 
 
-def _is_identifier(s: str) -> bool:
+def _is_identifier(s: Any) -> bool:
     """An id, code or handle: a digit, ``_`` or ``@``, no space, not a date or a time."""
-    return len(s) >= 3 and bool(_IDENT.fullmatch(s)) and not _DATE_OR_TIME.fullmatch(s)
+    return isinstance(s, str) and len(s) >= 3 and bool(_IDENT.fullmatch(s)) and not _DATE_OR_TIME.fullmatch(s)
 
 
 def learned_paths(value: Any, words: set[str], joined: str,
@@ -173,7 +173,5 @@ def _walk(v: Any, path: tuple[str, ...], words: set[str], joined: str,
     elif isinstance(v, list):
         for x in v:
             _walk(x, path, words, joined, found, ident)
-    elif ident and isinstance(v, str) and _is_identifier(v):
-        found.add(path)
-    elif not ident and leaf_used(v, words, joined):
+    elif (_is_identifier(v) if ident else leaf_used(v, words, joined)):
         found.add(path)

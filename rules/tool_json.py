@@ -70,7 +70,12 @@ from proxy.tokens import TokenCounter
 from rules.base import RuleDeps, option, system_prefix_len, text_of, units
 from rules.json_compact import CompactOptions, compact
 from rules.json_templates import (
-    Template, apply_template, keep_paths, learned_paths, load_templates, used_words,
+    Template,
+    apply_template,
+    keep_paths,
+    learned_paths,
+    load_templates,
+    used_words,
 )
 
 BUILTIN_TEMPLATES = Path(__file__).parent / "templates"
@@ -86,7 +91,7 @@ class ToolJsonConfig:
     tables: bool = option(True, "arrays of objects become one header line plus CSV rows")
     factor: bool = option(True, "a column with one value in every row moves to the table title")
     templates: bool = option(True, "apply the schema templates shipped in rules/templates/")
-    template_paths: tuple = option((), "more template YAML files or directories (later win)")
+    template_paths: tuple[str, ...] = option((), "more template YAML files or directories (later win)")
     max_chars: int = option(16000, "results longer than this keep head and tail around a "
                                    "marker (0: never cut)")
     learned_templates: bool = option(False, "in closed blocks keep only the fields whose values "

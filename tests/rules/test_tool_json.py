@@ -96,7 +96,7 @@ def test_keep_paths_with_wildcards_and_transparent_arrays():
 def test_template_file_errors_name_the_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("some_tool: [a, b]\n")
-    with pytest.raises(ValueError, match="bad.yaml:some_tool"):
+    with pytest.raises(TypeError, match="bad.yaml:some_tool"):
         load_templates([bad])
 
 
