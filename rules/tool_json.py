@@ -123,6 +123,7 @@ class ToolJson:
         lookahead = self._lookahead_ends(messages)
         out = list(messages)
         kinds: dict[str, int] = {}
+        originals: list[list[str]] = []  # [tool_call_id, store key] per rewritten result
         for i, m in enumerate(messages):
             content = m.get("content")
             if m.get("role") != "tool" or not isinstance(content, str) or not content:
@@ -135,9 +136,12 @@ class ToolJson:
             if counter.text(text) < counter.text(content):
                 out[i] = {**m, "content": text}
                 kinds[kind] = kinds.get(kind, 0) + 1
+                originals.append([str(m.get("tool_call_id", "")), original_id(content)])
         if not kinds:
             return ctx
-        return ctx.replace(messages=out).with_note(self.name, dict(sorted(kinds.items())))
+        note: dict[str, Any] = dict(sorted(kinds.items()))
+        note["originals"] = originals
+        return ctx.replace(messages=out).with_note(self.name, note)
 
     # --- one result ------------------------------------------------------------------------
 
@@ -175,7 +179,7 @@ class ToolJson:
         return clipped, ("clipped" if clipped != body else kind)
 
     def _store(self, original: str) -> str:
-        key = ORIGINAL_PREFIX + hashlib.sha256(original.encode()).hexdigest()[:12]
+        key = original_id(original)
         if self.deps.store.get(key) is None:
             self.deps.store.set(key, original.encode())
         return key
@@ -228,6 +232,11 @@ class ToolJson:
                 if messages[i].get("role") == "tool":
                     ends[i] = spans[last - 1][1]
         return ends
+
+
+def original_id(content: str) -> str:
+    """The store key under which a tool result's original content is kept."""
+    return ORIGINAL_PREFIX + hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
 def tool_names(messages: list[Any]) -> dict[int, str]:

@@ -16,7 +16,7 @@ from proxy.tokens import TokenCounter
 from rules import REGISTRY
 from rules.json_compact import CompactOptions, compact
 from rules.json_templates import keep_paths, learned_paths, load_templates, parse_path, used_words
-from rules.tool_json import ToolJson, ToolJsonConfig, tool_names
+from rules.tool_json import ToolJson, ToolJsonConfig, original_id, tool_names
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "tool_json.yaml").read_text())
@@ -146,9 +146,26 @@ def test_lossless_rewrite_stores_the_original_and_notes_the_kind():
     msgs = [SYSTEM, {"role": "user", "content": "rows"}, call("c1", "rows", {}), result("c1", ROWS)]
     store = MemoryStore()
     out = run_rule(ToolJson, msgs, deps=make_deps(store=store))
-    assert out.notes["tool_json"] == {"lossless": 1}
+    key = original_id(msgs[3]["content"])
+    assert out.notes["tool_json"] == {"lossless": 1, "originals": [["c1", key]]}
     assert "[tool_json" not in out.messages[3]["content"]
-    assert msgs[3]["content"].encode() in store._data.values()
+    assert store.get(key) == msgs[3]["content"].encode()
+
+
+def test_truncated_json_is_treated_as_text():
+    text = '{"error": "", "response": "[{\\"id\\":\\"EKVF\\"}, ...'
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "t", {}), result("c1", text)]
+    assert run_rule(ToolJson, msgs).messages == msgs
+
+
+def test_json_still_over_max_chars_is_compacted_then_cut():
+    rows = [{"id": f"R{i}X", "city": f"City number {i}", "price": 100 + i} for i in range(40)]
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "rows", {}), result("c1", rows)]
+    out = run_rule(ToolJson, msgs, max_chars=300)
+    text = out.messages[3]["content"]
+    assert out.notes["tool_json"]["clipped"] == 1 and len(text) <= 300
+    assert text.startswith("(40 rows):\nid,city,price\nR0X,City number 0,100\n")
+    assert "[tool_json: middle of " in text and text.endswith("R39X,City number 39,139")
 
 
 def test_closed_block_rewrite_never_changes_as_the_session_grows():
