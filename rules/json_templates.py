@@ -61,10 +61,15 @@ def load_templates(paths: list[Path]) -> dict[str, Template]:
     """Templates from YAML files (a directory means its ``*.yaml``); later files win."""
     files: list[Path] = []
     for p in paths:
+        if not p.exists():
+            raise ValueError(f"{p}: no such template file or directory")
         files.extend(sorted(p.glob("*.yaml")) if p.is_dir() else [p])
     out: dict[str, Template] = {}
     for f in files:
-        data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+        try:
+            data = yaml.safe_load(f.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{f}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise TypeError(f"{f}: expected a mapping of tool name to template")
         for tool, raw in data.items():

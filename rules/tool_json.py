@@ -2,59 +2,67 @@
 
 ## What it does
 
-Rewrites the content of ``tool`` messages:
+Rewrites the content of ``tool`` messages (the tool is the one whose call, in the
+nearest earlier assistant message, has the result's ``tool_call_id``):
 
 1. **Schema templates.** When a template names the tool (YAML in ``rules/templates/``
-   plus ``template_paths``), only the fields it keeps are sent (aliases and per-field
-   clipping applied), followed by a one-line marker with the original's id.
-2. **Lossless compaction** of every JSON object/array result (see ``rules/json_compact``):
-   minified ``key: value`` notation, null and empty fields dropped, arrays of objects as
-   a header line plus CSV rows (nested keys flattened with dots), columns with one
-   value in every row factored out. No marker: no fact is lost.
-3. **Learned templates** (``learned_templates``, off by default). Inside closed blocks
-   only, a result keeps the fields whose values later turns used (assistant text or
-   tool-call arguments); the rest is cut, with a marker. The used paths are stored per
-   tool name (``tool_json:learned:<tool>``). With ``stub_unused``, a closed-block result
-   none of whose values was used becomes a one-line stub with its id.
-4. **Oversized output.** A result still longer than ``max_chars`` characters keeps its
-   head and tail around a marker with the id (non-JSON logs and listings included).
+   unless ``templates`` is off, plus ``template_paths``), only the fields it keeps are
+   sent, with its aliases and per-field clipping, then a marker line
+   ``[tool_json: template cut; original: orig:<id>]``.
+2. **Lossless compaction** of every JSON object/array result (``rules/json_compact``):
+   ``key: value`` lines and ``{key:value}`` inside, strings unquoted where unambiguous,
+   null and empty fields dropped, arrays of objects as a title line plus CSV header and
+   rows (nested keys flattened with dots), columns holding one value in every row
+   factored into the title. No marker: no fact is lost.
+3. **Learned templates** (``learned_templates``, off). In closed blocks only, a result
+   keeps the fields whose values later turns used (assistant text or tool-call
+   arguments), plus identifier-like strings (``learned_keep_ids``); the rest is cut,
+   with a marker. Used paths are stored per tool as ``tool_json:learned:<tool>``.
+   With ``stub_unused``, a closed-block result none of whose values a later turn used
+   becomes ``[tool_json: unused <tool> result; original: orig:<id>]``.
+4. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
+   ``max_chars`` keeps whole lines of its head and tail around a marker; the result is
+   then at most ``max_chars`` long, so a second pass leaves it alone.
 
-Each rewritten original is stored as ``orig:<12 hex of sha256>``; a result is replaced
-only when the new text has strictly fewer tokens.
+Every rewritten original is stored under ``original_id(content)`` =
+``orig:<first 12 hex of sha256>``; the note lists ``[tool_call_id, id]`` pairs. A result
+is replaced only when the new text has strictly fewer tokens.
 
 ## Why
 
 Tool output is about 38% of the message tokens of agent traces, and JSON spends much of
-it on quotes, repeated keys and nulls. The same facts fit in roughly 60% of the tokens.
+it on quotes, repeated keys and nulls: on the tau-bench airline traces the same facts
+fit in about 60% of the tokens.
 
 ## Example
 
 Before (``search_direct_flight``)::
 
     [{"flight_number": "HAT069", "origin": "JFK", "destination": "SEA", "status": "available",
-      "prices": {"economy": 121}}, {"flight_number": "HAT083", "origin": "JFK", ...}]
+      "prices": {"economy": 121, "business": 239}},
+     {"flight_number": "HAT083", "origin": "JFK", "destination": "SEA", "status": "available",
+      "prices": {"economy": 100, "business": 276}}]
 
 After::
 
     (2 rows; all: origin=JFK, destination=SEA, status=available):
-    flight_number,prices.economy
-    HAT069,121
-    HAT083,100
+    flight_number,prices.economy,prices.business
+    HAT069,121,239
+    HAT083,100,276
 
 ## Options
 
-See ``ToolJsonConfig``: ``drop_empty``, ``drop_defaults``, ``tables``, ``factor``,
-``templates``, ``template_paths``, ``max_chars``, ``learned_templates``,
-``stub_unused``, ``recent_turns``, ``block_turns``.
+``ToolJsonConfig`` below (``context-engine rules`` prints them with their help).
 
 ## Risks
 
-Lossless compaction changes notation, not facts; a model that parses the tool result as
-JSON text (rather than reading it) would see a different format. Templates, learned
-templates, stubs and head/tail cuts drop data the model may still need; the marker's id
-lets the agent (or ``retrieve``) get it back. Learned-template decisions depend on later
-turns, so they are taken at block boundaries only: a closed block's rewritten form never
-changes afterwards and prompt caching keeps hitting.
+Lossless compaction changes notation, not facts; a client that parses tool results as
+JSON after the proxy would see another format (the model only reads them). Templates,
+learned templates, stubs and head/tail cuts drop data the model may still need; the
+marker's id lets it be fetched back from the store. Learned-template and stub decisions
+read later turns, so they are taken only when a block closes and read a fixed span
+(the rest of the block plus ``recent_turns`` units): a closed block's rewritten form
+never changes afterwards, and prompt caching misses only at block boundaries.
 """
 
 from __future__ import annotations

@@ -100,6 +100,14 @@ def test_template_file_errors_name_the_file(tmp_path):
         load_templates([bad])
 
 
+def test_missing_or_broken_template_files_fail_at_startup(tmp_path):
+    with pytest.raises(ValueError, match="no such template"):
+        ToolJson(ToolJsonConfig(template_paths=(str(tmp_path / "nope.yaml"),)), make_deps())
+    (tmp_path / "broken.yaml").write_text("a: [b\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_templates([tmp_path])
+
+
 def test_template_paths_option_adds_templates_with_aliases_and_clip(tmp_path):
     (tmp_path / "t.yaml").write_text(
         "lookup:\n  keep: [id, note]\n  aliases: {note: n}\n  clip: {note: 5}\n")
