@@ -48,6 +48,17 @@ def test_golden(case):
     assert_valid_rewrite(case["input"], ctx)
 
 
+def test_docstring_example_holds():
+    import rules.tool_json as module
+
+    doc = module.__doc__ or ""
+    before = doc.split("Before (``search_direct_flight``)::")[1].split("After::")[0]
+    after = doc.split("After::")[1].split("## Options")[0]
+    value = json.loads(" ".join(before.split()))
+    expected = "\n".join(line.strip() for line in after.strip().splitlines())
+    assert compact(value, CompactOptions()) == expected
+
+
 def test_registered_under_its_name():
     assert REGISTRY["tool_json"] is ToolJson and ToolJson.name == "tool_json"
 
