@@ -99,7 +99,8 @@ class ToolJsonConfig:
     tables: bool = option(True, "arrays of objects become one header line plus CSV rows")
     factor: bool = option(True, "a column with one value in every row moves to the table title")
     templates: bool = option(True, "apply the schema templates shipped in rules/templates/")
-    template_paths: tuple[str, ...] = option((), "more template YAML files or directories (later win)")
+    template_paths: tuple[str, ...] = option((), "more template YAML files or directories "
+                                                 "(later ones win)")
     max_chars: int = option(16000, "results longer than this keep head and tail around a "
                                    "marker (0: never cut)")
     learned_templates: bool = option(False, "in closed blocks keep only the fields whose values "
