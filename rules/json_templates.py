@@ -150,7 +150,9 @@ def leaf_used(v: Any, words: set[str], joined: str) -> bool:
 
 def _is_identifier(s: Any) -> bool:
     """An id, code or handle: a digit, ``_`` or ``@``, no space, not a date or a time."""
-    return isinstance(s, str) and len(s) >= 3 and bool(_IDENT.fullmatch(s)) and not _DATE_OR_TIME.fullmatch(s)
+    if not isinstance(s, str) or len(s) < 3:
+        return False
+    return bool(_IDENT.fullmatch(s)) and not _DATE_OR_TIME.fullmatch(s)
 
 
 def learned_paths(value: Any, words: set[str], joined: str,

@@ -191,7 +191,8 @@ def test_closed_block_rewrite_never_changes_as_the_session_grows():
     msgs = [SYSTEM]
     for i in range(8):
         msgs += [{"role": "user", "content": f"q{i}"}, call(f"c{i}", "rows", {}),
-                 result(f"c{i}", ROWS), {"role": "assistant", "content": f"R{i % 6}X is {100 + i % 6}"}]
+                 result(f"c{i}", ROWS),
+                 {"role": "assistant", "content": f"R{i % 6}X is {100 + i % 6}"}]
     seen: dict[int, str] = {}
     for end in range(2, len(msgs) + 1):
         out = run_rule(ToolJson, msgs[:end], learned_templates=True, stub_unused=True)
