@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-REGISTRY: dict[str, type[Any]] = {}
+from rules.tool_json import ToolJson
+
+REGISTRY: dict[str, type[Any]] = {
+    "tool_json": ToolJson,
+}
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.

@@ -1,0 +1,288 @@
+"""tool_json: golden cases, unit behaviour, hypothesis properties, and a check on real traces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.store import MemoryStore
+from proxy.tokens import TokenCounter
+from rules import REGISTRY
+from rules.json_compact import CompactOptions, compact
+from rules.json_templates import keep_paths, learned_paths, load_templates, parse_path, used_words
+from rules.tool_json import ToolJson, ToolJsonConfig, original_id, tool_names
+from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
+
+GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "tool_json.yaml").read_text())
+TRACES = Path("/work/shared/data/agent_traces_dev.jsonl")
+COUNTER = TokenCounter("o200k_base")
+
+
+def call(cid: str, name: str, args: dict) -> dict:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def result(cid: str, value) -> dict:
+    content = value if isinstance(value, str) else json.dumps(value)
+    return {"role": "tool", "tool_call_id": cid, "content": content}
+
+
+SYSTEM = {"role": "system", "content": "You are an agent."}
+ROWS = [{"id": f"R{i}X", "city": "Austin", "price": 100 + i, "tags": None} for i in range(6)]
+
+
+# --- golden -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[c["title"] for c in GOLDEN])
+def test_golden(case):
+    ctx = run_rule(ToolJson, case["input"], **case["options"])
+    assert ctx.messages == case["expected"]
+    assert_valid_rewrite(case["input"], ctx)
+
+
+def test_docstring_example_holds():
+    import rules.tool_json as module
+
+    doc = module.__doc__ or ""
+    before = doc.split("Before (``search_direct_flight``)::")[1].split("After::")[0]
+    after = doc.split("After::")[1].split("## Options")[0]
+    value = json.loads(" ".join(before.split()))
+    expected = "\n".join(line.strip() for line in after.strip().splitlines())
+    assert compact(value, CompactOptions()) == expected
+
+
+def test_registered_under_its_name():
+    assert REGISTRY["tool_json"] is ToolJson and ToolJson.name == "tool_json"
+
+
+# --- compaction -----------------------------------------------------------------------------
+
+
+def test_compaction_keeps_zero_and_false_unless_drop_defaults():
+    value = {"a": 0, "b": False, "c": None, "d": "", "e": "x"}
+    assert compact(value, CompactOptions()) == "a: 0\nb: false\ne: x"
+    assert compact(value, CompactOptions(drop_defaults=True)) == "e: x"
+    assert compact(value, CompactOptions(drop_empty=False)) == 'a: 0\nb: false\nd: ""\ne: x'
+
+
+def test_compaction_keeps_nulls_inside_arrays_where_position_matters():
+    assert compact({"xs": [1, None, 3]}, CompactOptions()) == "xs: [1,null,3]"
+
+
+def test_table_needs_enough_filled_cells():
+    sparse = [{"a": 1}, {"b": 2}, {"c": 3}]
+    assert compact(sparse, CompactOptions()) == "[{a:1},{b:2},{c:3}]"
+    assert compact(ROWS[:2], CompactOptions(tables=False)).startswith("[{id:R0X")
+
+
+def test_ambiguous_strings_stay_quoted():
+    value = {"n": "42", "t": "true", "s": " pad", "nl": "a\nb", "br": "{x}", "ok": "HAT069"}
+    text = compact(value, CompactOptions())
+    assert text == 'n: "42"\nt: "true"\ns: " pad"\nnl: "a\\nb"\nbr: "{x}"\nok: HAT069'
+
+
+def test_nested_table_inside_object_uses_a_dotted_path():
+    text = compact({"data": {"items": ROWS[:2], "total": 2}}, CompactOptions())
+    assert text.splitlines()[0] == "data.items (2 rows; all: city=Austin):"
+    assert text.splitlines()[-1] == "data.total: 2"
+
+
+# --- templates --------------------------------------------------------------------------------
+
+
+def test_keep_paths_with_wildcards_and_transparent_arrays():
+    value = {"flights": [{"n": "A1", "p": 1}, {"n": "B2", "p": 2}], "m": {"k1": {"id": 1, "x": 2}}}
+    assert keep_paths(value, [parse_path("flights[*].n"), parse_path("m.*.id")]) == {
+        "flights": [{"n": "A1"}, {"n": "B2"}], "m": {"k1": {"id": 1}}}
+
+
+def test_template_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("some_tool: [a, b]\n")
+    with pytest.raises(TypeError, match="bad.yaml:some_tool"):
+        load_templates([bad])
+
+
+def test_missing_or_broken_template_files_fail_at_startup(tmp_path):
+    with pytest.raises(ValueError, match="no such template"):
+        ToolJson(ToolJsonConfig(template_paths=(str(tmp_path / "nope.yaml"),)), make_deps())
+    (tmp_path / "broken.yaml").write_text("a: [b\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_templates([tmp_path])
+
+
+def test_template_paths_option_adds_templates_with_aliases_and_clip(tmp_path):
+    (tmp_path / "t.yaml").write_text(
+        "lookup:\n  keep: [id, note]\n  aliases: {note: n}\n  clip: {note: 5}\n")
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "lookup", {}),
+            result("c1", {"id": "A_1", "note": "a very long note here", "junk": "x" * 200})]
+    deps = make_deps()
+    out = run_rule(ToolJson, msgs, deps=deps, template_paths=(str(tmp_path),))
+    text = out.messages[3]["content"]
+    assert text.startswith("id: A_1\nn: a ver...\n[tool_json: template cut; original: orig:")
+    key = text.rsplit("original: ", 1)[1].rstrip("]")
+    assert deps.store.get(key) == msgs[3]["content"].encode()
+
+
+def test_learned_paths_generalise_ids_and_keep_identifiers():
+    value = {"pm": {"card_7": {"id": "card_7", "brand": "visa"}}, "dob": "1990-01-02", "x": 5}
+    words, joined = used_words(["use brand visa"])
+    assert learned_paths(value, words, joined) == [("pm", "*", "brand")]
+    assert learned_paths(value, set(), "", keep_ids=True) == [("pm", "*", "id")]
+
+
+def test_learned_paths_are_stored_per_tool():
+    msgs = [SYSTEM, {"role": "user", "content": "rows"}, call("c1", "rows", {}), result("c1", ROWS),
+            {"role": "assistant", "content": "R2X costs 102"}, {"role": "user", "content": "ok"}]
+    deps = make_deps()
+    run_rule(ToolJson, msgs, deps=deps, learned_templates=True, recent_turns=1, block_turns=2)
+    assert json.loads(deps.store.get("tool_json:learned:rows")) == ["id", "price"]
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
+def test_tool_names_follow_the_nearest_call():
+    msgs = [call("x", "first", {}), result("x", "1"), call("x", "second", {}), result("x", "2")]
+    assert tool_names(msgs) == {1: "first", 3: "second"}
+
+
+def test_unchanged_request_returns_the_same_context():
+    ctx = make_ctx([SYSTEM, {"role": "user", "content": "hi"}])
+    rule = ToolJson(ToolJsonConfig(), make_deps())
+    assert asyncio.run(rule.apply(ctx)) is ctx
+
+
+def test_lossless_rewrite_stores_the_original_and_notes_the_kind():
+    msgs = [SYSTEM, {"role": "user", "content": "rows"}, call("c1", "rows", {}), result("c1", ROWS)]
+    store = MemoryStore()
+    out = run_rule(ToolJson, msgs, deps=make_deps(store=store))
+    key = original_id(msgs[3]["content"])
+    assert out.notes["tool_json"] == {"lossless": 1, "originals": [["c1", key]]}
+    assert "[tool_json" not in out.messages[3]["content"]
+    assert store.get(key) == msgs[3]["content"].encode()
+
+
+def test_truncated_json_is_treated_as_text():
+    text = '{"error": "", "response": "[{\\"id\\":\\"EKVF\\"}, ...'
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "t", {}), result("c1", text)]
+    assert run_rule(ToolJson, msgs).messages == msgs
+
+
+def test_json_still_over_max_chars_is_compacted_then_cut():
+    rows = [{"id": f"R{i}X", "city": f"City number {i}", "price": 100 + i} for i in range(40)]
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "rows", {}), result("c1", rows)]
+    out = run_rule(ToolJson, msgs, max_chars=300)
+    text = out.messages[3]["content"]
+    assert out.notes["tool_json"]["clipped"] == 1 and len(text) <= 300
+    assert text.startswith("(40 rows):\nid,city,price\nR0X,City number 0,100\n")
+    assert "[tool_json: middle of " in text and text.endswith("R39X,City number 39,139")
+
+
+def test_closed_block_rewrite_never_changes_as_the_session_grows():
+    msgs = [SYSTEM]
+    for i in range(8):
+        msgs += [{"role": "user", "content": f"q{i}"}, call(f"c{i}", "rows", {}),
+                 result(f"c{i}", ROWS),
+                 {"role": "assistant", "content": f"R{i % 6}X is {100 + i % 6}"}]
+    seen: dict[int, str] = {}
+    for end in range(2, len(msgs) + 1):
+        out = run_rule(ToolJson, msgs[:end], learned_templates=True, stub_unused=True)
+        for i, m in enumerate(out.messages):
+            if m["role"] == "tool" and "[tool_json" in m["content"]:
+                assert seen.setdefault(i, m["content"]) == m["content"]
+    assert seen, "no closed block was ever cut"
+
+
+# --- properties -------------------------------------------------------------------------------
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
+                    st.text(max_size=12), st.sampled_from(["HAT069", "42", "a,b", "x\"y", "é"]))
+JSON = st.recursive(SCALARS, lambda kids: st.one_of(
+    st.lists(kids, max_size=5), st.dictionaries(st.text(max_size=6), kids, max_size=5),
+    st.lists(st.fixed_dictionaries({"id": st.text(max_size=5), "v": kids}), min_size=2,
+             max_size=4)), max_leaves=25)
+CONTENT = st.one_of(JSON.map(json.dumps), JSON.map(lambda v: json.dumps(v, ensure_ascii=False)),
+                    st.text(max_size=300))
+
+
+@st.composite
+def conversations(draw):
+    msgs = [SYSTEM]
+    for i in range(draw(st.integers(1, 7))):
+        kind = draw(st.sampled_from(["user", "assistant", "tool"]))
+        if kind == "tool":
+            n = draw(st.integers(1, 2))
+            msgs.append({"role": "assistant", "content": draw(st.sampled_from([None, "ok"])),
+                         "tool_calls": [{"id": f"c{i}_{k}", "type": "function", "function": {
+                             "name": draw(st.sampled_from(["rows", "get_user_details"])),
+                             "arguments": "{}"}} for k in range(n)]})
+            msgs += [result(f"c{i}_{k}", draw(CONTENT)) for k in range(n)]
+        else:
+            msgs.append({"role": kind, "content": draw(st.text(min_size=1, max_size=40))})
+    if draw(st.booleans()):
+        msgs.append({"role": "user", "content": "last question"})
+    return msgs
+
+
+OPTIONS = st.fixed_dictionaries({
+    "learned_templates": st.booleans(), "stub_unused": st.booleans(),
+    "max_chars": st.sampled_from([0, 80, 16000]), "recent_turns": st.integers(0, 3),
+    "block_turns": st.integers(1, 3)})
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conversations(), OPTIONS)
+def test_rewrite_is_valid_idempotent_and_never_adds_tokens(msgs, options):
+    out = run_rule(ToolJson, msgs, **options)
+    assert_valid_rewrite(msgs, out)
+    assert out.messages[0] == msgs[0]
+    assert [m for m in out.messages if m["role"] != "tool"] == [
+        m for m in msgs if m["role"] != "tool"]
+    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
+    again = run_rule(ToolJson, out.messages, **options)
+    assert again.messages == out.messages
+
+
+IDENT = st.from_regex(r"[A-Za-z][A-Za-z0-9_@.-]{2,10}", fullmatch=True).filter(
+    lambda s: s.lower() not in ("true", "false", "null"))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from(["id", "name", "n", "sub"]),
+                                st.one_of(IDENT, st.integers(), st.dictionaries(
+                                    st.sampled_from(["a", "b"]), IDENT, max_size=2)),
+                                min_size=1), min_size=1, max_size=5))
+def test_lossless_compaction_keeps_every_identifier_verbatim(rows):
+    text = compact({"rows": rows}, CompactOptions())
+    for row in rows:
+        for v in row.values():
+            for leaf in (v.values() if isinstance(v, dict) else [v]):
+                assert str(leaf) in text
+
+
+# --- real traces --------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not TRACES.is_file(), reason="shared dev data not present")
+def test_lossless_on_real_traces_keeps_all_evidence_and_cuts_tool_tokens():
+    cases = [json.loads(line) for line in TRACES.open()][::8]
+    before = after = 0
+    for case in cases:
+        out = run_rule(ToolJson, case["messages"])
+        assert_valid_rewrite(case["messages"], out)
+        blob = json.dumps(out.messages, ensure_ascii=False)
+        for probe in case["probes"]:
+            for evidence in probe["evidence"]:
+                assert evidence in blob, (case["id"], evidence)
+        before += sum(COUNTER.message(m) for m in case["messages"] if m["role"] == "tool")
+        after += sum(COUNTER.message(m) for m in out.messages if m["role"] == "tool")
+    assert after < 0.7 * before
