@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-REGISTRY: dict[str, type[Any]] = {}
+from rules.fold_duplicates import FoldDuplicates
+
+REGISTRY: dict[str, type[Any]] = {
+    "fold_duplicates": FoldDuplicates,
+}
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.
