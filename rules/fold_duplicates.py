@@ -3,10 +3,9 @@
 What it does
     - Repeated tool results (same tool, same arguments, same output) become a one-line
       reference to the first copy: ``[same result as tool call call_1 above]``.
-    - Repeated user/assistant messages (equal after casefolding, collapsing whitespace
-      and stripping punctuation; or near repeats: word 3-shingle Jaccard at least
-      ``near_threshold`` and no word the earlier message lacks) become
-      ``[same as the earlier user message that begins “…”]``.
+    - Repeated user/assistant messages (equal after casefolding, collapsing whitespace and
+      stripping decorative punctuation; optionally near repeats, see ``near_jaccard``) become
+      ``[repeats the earlier user message “first words…”]``.
     - Filler acknowledgements ("ok", "thanks", "got it", "嗯", "好的", "稍等"…) are dropped.
       A user "ok" that answers an assistant question is kept: it may be consent.
     - Superseded configuration changes: "make the theme red" then "no, blue" keeps one
@@ -36,9 +35,10 @@ Options
     See ``FoldDuplicatesConfig`` (``context-engine rules`` prints them).
 
 Risks
-    A near repeat or a superseded value can hide a difference the agent needed; both
-    are narrow on purpose (near repeats add no word; config folds need an explicit,
-    single-valued "set the X to Y" with the same X). Dropped acks lose tone, not facts.
+    A superseded value can hide a difference the agent needed: config folds need an
+    explicit, single-valued "set the X to Y" with the same X. Near repeats are off by
+    default (a file view whose cursor moved reads as a near repeat). Dropped acks lose
+    tone, not facts.
 """
 
 from __future__ import annotations
@@ -54,12 +54,13 @@ from rules.base import (
     RuleDeps, closed_block_count, last_user_index, option, system_prefix_len, text_of, units,
 )
 from rules.fold_patterns import (
-    ConfigChange, asks_question, is_ack, jaccard, normalize, parse_config_change, shingles,
+    ConfigChange, asks_question, head_words, in_order_subset, is_ack, jaccard, normalize,
+    parse_config_change, shingles,
 )
 
 TOOL_REF = "[same result as tool call {id} above]"
-TEXT_REF = "[same as the earlier {role} message that begins “{head}…”]"
-_REF_PREFIXES = ("[same result as tool call ", "[same as the earlier ")
+TEXT_REF = "[repeats the earlier {role} message “{head}…”]"
+_REF_PREFIXES = ("[same result as tool call ", "[repeats the earlier ")
 TOOL_MATCHES = ("call", "output")
 
 
@@ -75,10 +76,11 @@ class FoldDuplicatesConfig:
                                            "false: only in closed blocks")
     tool_match: str = option("call", "call: a tool result repeats when tool name, arguments and "
                                      "output match; output: when the output matches")
-    near_threshold: float = option(0.9, "word 3-shingle Jaccard from which a message adding no "
-                                        "new word counts as a near repeat (above 1 = off)")
+    near_jaccard: float = option(0.0, "0 = off; else word 3-shingle Jaccard from which a message "
+                                      "whose words are an in-order subset of an earlier one's "
+                                      "folds as a near repeat (lossy: a dropped 'not' is lost)")
     near_lookback: int = option(20, "earlier messages of the same role compared for near repeats")
-    min_saving: int = option(8, "fold a repeat only if the reference is this many tokens shorter")
+    min_saving: int = option(4, "fold a repeat only if the reference is this many tokens shorter")
     acks: bool = option(True, "drop filler acknowledgements (ok, thanks, 嗯, 好的…) in closed blocks")
     max_ack_chars: int = option(40, "longest message that can count as a filler acknowledgement")
     superseded: bool = option(True, "keep only the last of consecutive changes of the same "
@@ -209,7 +211,7 @@ class FoldDuplicates:
         calls = _call_index(w.msgs)
         tools: dict[Any, str] = {}
         texts: dict[tuple[str, str], str] = {}
-        near: dict[str, list[tuple[frozenset[str], frozenset[str], str]]] = {}
+        near: dict[str, list[tuple[frozenset[str], tuple[str, ...], str]]] = {}
         for i in range(w.head, len(w.msgs)):
             m = w.out[i]
             if m is None or m is not w.msgs[i]:
@@ -237,7 +239,7 @@ class FoldDuplicates:
             self._fold_to(w, i, TOOL_REF.format(id=first), "tool_repeats")
 
     def _text_repeat(self, w: _Work, i: int, seen: dict[tuple[str, str], str],
-                     near: list[tuple[frozenset[str], frozenset[str], str]]) -> None:
+                     near: list[tuple[frozenset[str], tuple[str, ...], str]]) -> None:
         m = w.msgs[i]
         text = m.get("content")
         if not isinstance(text, str) or not text.strip() or text.startswith(_REF_PREFIXES):
@@ -246,22 +248,22 @@ class FoldDuplicates:
             return
         norm = normalize(text)
         first = seen.get((m["role"], norm))
-        sh, words = shingles(norm), frozenset(norm.split(" "))
+        sh, words = shingles(norm), tuple(norm.split(" "))
         if first is None:
             first = self._near_first(sh, words, near)
         if first is not None and self._eligible(w, i):
-            self._fold_to(w, i, TEXT_REF.format(role=m["role"], head=_head(first)), "repeats")
+            self._fold_to(w, i, TEXT_REF.format(role=m["role"], head=head_words(first)), "repeats")
             return
         if first is None:
             seen[(m["role"], norm)] = text
             near.append((sh, words, text))
 
-    def _near_first(self, sh: frozenset[str], words: frozenset[str],
-                    near: list[tuple[frozenset[str], frozenset[str], str]]) -> str | None:
-        if self.config.near_threshold > 1 or not self.config.near_lookback:
+    def _near_first(self, sh: frozenset[str], words: tuple[str, ...],
+                    near: list[tuple[frozenset[str], tuple[str, ...], str]]) -> str | None:
+        if not 0 < self.config.near_jaccard <= 1 or not self.config.near_lookback:
             return None
         for c_sh, c_words, c_text in reversed(near[-self.config.near_lookback:]):
-            if words <= c_words and jaccard(sh, c_sh) >= self.config.near_threshold:
+            if jaccard(sh, c_sh) >= self.config.near_jaccard and in_order_subset(words, c_words):
                 return c_text
         return None
 
@@ -296,10 +298,3 @@ def _canon(arguments: Any) -> str:
         return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(arguments)
-
-
-def _head(text: str, words: int = 8, chars: int = 60) -> str:
-    """The first words of ``text`` on one line, for a reference."""
-    head = " ".join(text.split()[:words])
-    return head[:chars].rstrip()
-

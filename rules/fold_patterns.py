@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# Punctuation that only decorates text: stripped at the edges of words (never inside a
-# word, so "3.5" and "35" stay different) and, for CJK, wherever it appears.
-_EDGE_PUNCT = "!\"'()*,.:;?[]{}`~<>-_/\\|…—–·“”‘’«»"
+# Punctuation that only decorates text: quotes and brackets around a word, sentence marks
+# after it (never inside a word or before it, so "3.5" ≠ "35" and "-5" ≠ "5") and, for
+# CJK, wherever it appears.
+_QUOTES = "\"'()[]{}`*“”‘’«»"
+_TRAILING = ".,!?;:…"
 _CJK_PUNCT = re.compile(r"[，。！？、；：“”‘’（）《》【】…—～·「」『』]")
 _SPACE = re.compile(r"\s+")
 
@@ -20,7 +22,7 @@ _SPACE = re.compile(r"\s+")
 def normalize(text: str) -> str:
     """Casefold, drop CJK punctuation and word-edge punctuation, collapse whitespace."""
     text = _CJK_PUNCT.sub(" ", text.casefold())
-    words = (w.strip(_EDGE_PUNCT) for w in _SPACE.split(text))
+    words = (w.strip(_QUOTES).rstrip(_TRAILING).strip(_QUOTES) for w in _SPACE.split(text))
     return " ".join(w for w in words if w)
 
 
@@ -37,6 +39,17 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
         return 0.0
     inter = len(a & b)
     return inter / (len(a) + len(b) - inter)
+
+
+def in_order_subset(words: tuple[str, ...], earlier: tuple[str, ...]) -> bool:
+    """True when ``words`` is ``earlier`` with some words left out (same order, nothing new)."""
+    rest = iter(earlier)
+    return all(w in rest for w in words)
+
+
+def head_words(text: str, words: int = 4, chars: int = 32) -> str:
+    """The first words of ``text`` on one line, to name a message in a reference."""
+    return " ".join(text.split()[:words])[:chars].rstrip()
 
 
 # --- filler acknowledgements --------------------------------------------------------
@@ -56,8 +69,8 @@ _ACK = re.compile(
 
 
 def is_ack(text: str, max_chars: int) -> bool:
-    """True when ``text`` is short and wholly made of filler acknowledgements."""
-    if not text or len(text) > max_chars:
+    """True when ``text`` is short, asks nothing and is wholly filler acknowledgements."""
+    if not text or len(text) > max_chars or asks_question(text):
         return False
     norm = normalize(text)
     return bool(norm) and _ACK.match(norm) is not None
