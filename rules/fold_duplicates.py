@@ -11,25 +11,24 @@ What it does
     - Superseded configuration changes: "make the theme red" then "no, blue" keeps one
       message, "make the theme blue". Only consecutive user messages about the same key,
       with no tool call between them. A change of the object acted on ("switch from
-      Baidu to Bing", then "from Bing to Google") is never folded.
+      Baidu to Bing", then "from Bing to Google") is never folded. The system prompt and
+      the last user turn are never touched.
 
 Why
     Agents resend the whole history on every call: each repeat and "ok" is billed again.
 
 Cache alignment
-    Repeats are folded forward: the first copy stays and later copies are folded the
-    moment they arrive, so an already-sent message never changes. Decisions that depend
-    on later turns (an ack that has left the window, a value superseded later) are only
-    taken inside closed blocks (``block_turns`` units older than the last
-    ``recent_turns`` units, as in ``rules.base.closed_prefix_end``), so the rewritten
-    prefix changes only at block boundaries. Units this rule may drop (acks, config
-    changes) are not counted for blocks, so applying the rule twice changes nothing more.
-    The system prompt and the last user turn are never touched.
+    Tool results and assistant messages are folded forward: the first copy stays and
+    later copies fold when they arrive, so a sent message never changes. Decisions that
+    depend on later turns (an ack that left the window, a superseded value, a repeated
+    user message, which is the protected last user turn when it arrives) are taken only
+    in closed blocks (``rules.base.closed_prefix_end`` alignment), so the prefix changes
+    only at block boundaries. Units this rule may drop (acks, config changes) are not
+    counted for blocks, so applying the rule twice changes nothing more.
 
 Example (before → after)
-    user: make the theme red · assistant: Done. · user: no, blue · assistant: Done.
-    · user: thanks · … →
-    assistant: Done. · user: make the theme blue · assistant: Done. · …
+    user: make the theme red · assistant: Done. · user: no, blue · user: thanks · … →
+    assistant: Done. · user: make the theme blue · …
 
 Options
     See ``FoldDuplicatesConfig`` (``context-engine rules`` prints them).
@@ -50,12 +49,15 @@ from typing import Any
 
 from proxy.context import RequestContext
 from proxy.tokens import TokenCounter
+from rules import fold_patterns as fp
 from rules.base import (
-    RuleDeps, closed_block_count, last_user_index, option, system_prefix_len, text_of, units,
-)
-from rules.fold_patterns import (
-    ConfigChange, asks_question, head_words, in_order_subset, is_ack, jaccard, normalize,
-    parse_config_change, shingles,
+    RuleDeps,
+    closed_block_count,
+    last_user_index,
+    option,
+    system_prefix_len,
+    text_of,
+    units,
 )
 
 TOOL_REF = "[same result as tool call {id} above]"
@@ -66,19 +68,16 @@ TOOL_MATCHES = ("call", "output")
 
 @dataclass(frozen=True)
 class FoldDuplicatesConfig:
-    recent_turns: int = option(3, "units (a user message; an assistant message with its tool "
-                                  "results) at the end never touched by fold decisions that "
-                                  "depend on later turns")
+    recent_turns: int = option(3, "last units (a user message; an assistant message with its "
+                                  "tool results) that no fold depending on later turns touches")
     block_turns: int = option(4, "units per block; acks and superseded changes are only folded "
                                  "in closed blocks (same K as summarize)")
-    repeats_in_window: bool = option(True, "fold a repeated tool result or assistant message as "
-                                           "soon as it arrives (cache-safe: it is new then); "
-                                           "false: only in closed blocks")
+    repeats_in_window: bool = option(True, "fold a repeated tool result or assistant message "
+                                           "when it arrives (cache-safe); false: in closed blocks")
     tool_match: str = option("call", "call: a tool result repeats when tool name, arguments and "
                                      "output match; output: when the output matches")
-    near_jaccard: float = option(0.0, "0 = off; else word 3-shingle Jaccard from which a message "
-                                      "whose words are an in-order subset of an earlier one's "
-                                      "folds as a near repeat (lossy: a dropped 'not' is lost)")
+    near_jaccard: float = option(0.0, "0 = off; else the word 3-shingle Jaccard from which a "
+                                      "message that only leaves out words of an earlier one folds")
     near_lookback: int = option(20, "earlier messages of the same role compared for near repeats")
     min_saving: int = option(4, "fold a repeat only if the reference is this many tokens shorter")
     acks: bool = option(True, "drop filler acknowledgements (ok, thanks, 嗯, 好的…) in closed blocks")
@@ -130,8 +129,6 @@ class FoldDuplicates:
         note = {**dict(sorted(w.counts.items())), "closed_end": w.closed_end}
         return ctx.replace(messages=new).with_note(self.name, note)
 
-    # --- block alignment ---------------------------------------------------------------
-
     def _removable(self, m: Any) -> bool:
         """A message this rule may drop (counted out of blocks, so drops never shift them)."""
         text = m.get("content")
@@ -139,10 +136,10 @@ class FoldDuplicates:
             return False
         if not isinstance(text, str):
             return False
-        if self.config.acks and is_ack(text, self.config.max_ack_chars):
+        if self.config.acks and fp.is_ack(text, self.config.max_ack_chars):
             return True
         return (self.config.superseded and m.get("role") == "user"
-                and parse_config_change(text) is not None)
+                and fp.parse_config_change(text) is not None)
 
     def _closed_end(self, msgs: list[Any], head: int) -> int:
         c = self.config
@@ -151,15 +148,13 @@ class FoldDuplicates:
         closed = closed_block_count(len(spans), c.recent_turns, c.block_turns) * c.block_turns
         return spans[closed - 1][1] if closed else head
 
-    # --- acks ----------------------------------------------------------------------------
-
     def _fold_acks(self, w: _Work) -> None:
         for i in range(w.head, w.closed_end):
             m = w.msgs[i]
             text = m.get("content")
             if i == w.last_user or m.get("role") not in ("user", "assistant"):
                 continue
-            if not isinstance(text, str) or not is_ack(text, self.config.max_ack_chars):
+            if not isinstance(text, str) or not fp.is_ack(text, self.config.max_ack_chars):
                 continue
             if m["role"] == "user" and _after_question(w.msgs, i):
                 continue
@@ -169,7 +164,7 @@ class FoldDuplicates:
     # --- superseded configuration changes ------------------------------------------------
 
     def _fold_superseded(self, w: _Work) -> None:
-        prev: tuple[int, ConfigChange] | None = None
+        prev: tuple[int, fp.ConfigChange] | None = None
         for i in range(w.head, w.closed_end):
             m = w.out[i]
             if m is None:
@@ -180,20 +175,21 @@ class FoldDuplicates:
             if m.get("role") != "user":
                 continue
             text = m.get("content")
-            change = parse_config_change(text) if isinstance(text, str) else None
+            change = fp.parse_config_change(text) if isinstance(text, str) else None
             if change is None or i == w.last_user:
                 prev = None
                 continue
             prev = self._supersede(w, prev, i, change)
 
-    def _supersede(self, w: _Work, prev: tuple[int, ConfigChange] | None, i: int,
-                   change: ConfigChange) -> tuple[int, ConfigChange] | None:
+    def _supersede(self, w: _Work, prev: tuple[int, fp.ConfigChange] | None, i: int,
+                   change: fp.ConfigChange) -> tuple[int, fp.ConfigChange] | None:
         """Fold ``prev`` into message i when i changes the same setting; the new ``prev``."""
         if prev is None:
             return (i, change) if change.key else None
         j, before = prev
         bare = not change.key
-        eff = ConfigChange(before.key, before.before, change.value, before.after) if bare else change
+        eff = (fp.ConfigChange(before.key, before.before, change.value, before.after)
+               if bare else change)
         if eff.key != before.key:
             return (i, change)
         new = {**w.out[i], "content": eff.with_value(change.value)} if bare else w.out[i]
@@ -244,15 +240,16 @@ class FoldDuplicates:
         text = m.get("content")
         if not isinstance(text, str) or not text.strip() or text.startswith(_REF_PREFIXES):
             return
-        if is_ack(text, self.config.max_ack_chars) or parse_config_change(text) is not None:
+        if fp.is_ack(text, self.config.max_ack_chars) or fp.parse_config_change(text) is not None:
             return
-        norm = normalize(text)
+        norm = fp.normalize(text)
         first = seen.get((m["role"], norm))
-        sh, words = shingles(norm), tuple(norm.split(" "))
+        sh, words = fp.shingles(norm), tuple(norm.split(" "))
         if first is None:
             first = self._near_first(sh, words, near)
         if first is not None and self._eligible(w, i):
-            self._fold_to(w, i, TEXT_REF.format(role=m["role"], head=head_words(first)), "repeats")
+            ref = TEXT_REF.format(role=m["role"], head=fp.head_words(first))
+            self._fold_to(w, i, ref, "repeats")
             return
         if first is None:
             seen[(m["role"], norm)] = text
@@ -263,7 +260,8 @@ class FoldDuplicates:
         if not 0 < self.config.near_jaccard <= 1 or not self.config.near_lookback:
             return None
         for c_sh, c_words, c_text in reversed(near[-self.config.near_lookback:]):
-            if jaccard(sh, c_sh) >= self.config.near_jaccard and in_order_subset(words, c_words):
+            if (fp.jaccard(sh, c_sh) >= self.config.near_jaccard
+                    and fp.in_order_subset(words, c_words)):
                 return c_text
         return None
 
@@ -279,7 +277,7 @@ def _after_question(msgs: list[Any], i: int) -> bool:
     """True when the nearest earlier non-tool message is an assistant question."""
     for j in range(i - 1, -1, -1):
         if msgs[j].get("role") != "tool":
-            return msgs[j].get("role") == "assistant" and asks_question(text_of(msgs[j]))
+            return msgs[j].get("role") == "assistant" and fp.asks_question(text_of(msgs[j]))
     return False
 
 
