@@ -244,8 +244,9 @@ class FoldDuplicates:
             return
         norm = fp.normalize(text)
         first = seen.get((m["role"], norm))
-        sh, words = fp.shingles(norm), tuple(norm.split(" "))
-        if first is None:
+        near_on = 0 < self.config.near_jaccard <= 1 and self.config.near_lookback > 0
+        sh, words = (fp.shingles(norm), tuple(norm.split(" "))) if near_on else (frozenset(), ())
+        if first is None and near_on:
             first = self._near_first(sh, words, near)
         if first is not None and self._eligible(w, i):
             ref = TEXT_REF.format(role=m["role"], head=fp.head_words(first))
@@ -257,8 +258,6 @@ class FoldDuplicates:
 
     def _near_first(self, sh: frozenset[str], words: tuple[str, ...],
                     near: list[tuple[frozenset[str], tuple[str, ...], str]]) -> str | None:
-        if not 0 < self.config.near_jaccard <= 1 or not self.config.near_lookback:
-            return None
         for c_sh, c_words, c_text in reversed(near[-self.config.near_lookback:]):
             if (fp.jaccard(sh, c_sh) >= self.config.near_jaccard
                     and fp.in_order_subset(words, c_words)):

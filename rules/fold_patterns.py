@@ -13,17 +13,15 @@ from dataclasses import dataclass
 # Punctuation that only decorates text: quotes and brackets around a word, sentence marks
 # after it (never inside a word or before it, so "3.5" ≠ "35" and "-5" ≠ "5") and, for
 # CJK, wherever it appears.
-_QUOTES = "\"'()[]{}`*“”‘’«»"
-_TRAILING = ".,!?;:…"
+_QUOTES = re.escape("\"'()[]{}`*“”‘’«»")
+_TRAILING = re.escape(".,!?;:…")
+_DECOR = re.compile(rf"(?<!\S)[{_QUOTES}]+|[{_QUOTES}{_TRAILING}]+(?!\S)")
 _CJK_PUNCT = re.compile(r"[，。！？、；：“”‘’（）《》【】…—～·「」『』]")
-_SPACE = re.compile(r"\s+")
 
 
 def normalize(text: str) -> str:
     """Casefold, drop CJK punctuation and word-edge punctuation, collapse whitespace."""
-    text = _CJK_PUNCT.sub(" ", text.casefold())
-    words = (w.strip(_QUOTES).rstrip(_TRAILING).strip(_QUOTES) for w in _SPACE.split(text))
-    return " ".join(w for w in words if w)
+    return " ".join(_DECOR.sub("", _CJK_PUNCT.sub(" ", text.casefold())).split())
 
 
 def shingles(norm: str, size: int = 3) -> frozenset[str]:
