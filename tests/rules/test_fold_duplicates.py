@@ -214,3 +214,24 @@ def test_applying_twice_changes_nothing_more(msgs: list[dict[str, Any]],
 def test_same_input_same_output(msgs: list[dict[str, Any]], options: dict[str, Any]) -> None:
     assert run_rule(FoldDuplicates, msgs, **options).messages == \
         run_rule(FoldDuplicates, copy.deepcopy(msgs), **options).messages
+
+
+def test_without_system_prompt_and_with_parts_content() -> None:
+    parts = [{"type": "text", "text": "ok"}]
+    msgs = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "Hi."},
+            {"role": "user", "content": parts}, {"role": "assistant", "content": "Yes?"},
+            {"role": "user", "content": "What is my balance?"}]
+    out = run_rule(FoldDuplicates, msgs, recent_turns=1, block_turns=1).messages
+    assert out == msgs[1:]  # the leading "ok" goes; a multi-part message is left alone
+
+
+def test_tool_arguments_that_are_not_json_compare_as_text() -> None:
+    big = "line of build output\n" * 30
+    msgs = [{"role": "user", "content": "build twice"}]
+    for cid, args in (("c1", "make all"), ("c2", "make all"), ("c3", "make test")):
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "sh", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": cid, "content": big}]
+    out = run_rule(FoldDuplicates, msgs).messages
+    assert [m["content"] for m in out if m["role"] == "tool"] == [
+        big, "[same result as tool call c1 above]", big]
