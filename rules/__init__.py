@@ -1,18 +1,21 @@
-"""The rule registry: names to classes. The run order is the ``rules:`` list in config.yaml.
+"""The rule registry: names to classes, listed in the recommended run order.
 
-No import-time self-registration: a rule exists when it is listed here.
+The run order is the ``rules:`` mapping in config.yaml. No import-time
+self-registration: a rule exists when it is listed here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rules.fold_duplicates import FoldDuplicates
 from rules.tool_json import ToolJson
 
 REGISTRY: dict[str, type[Any]] = {
+    "fold_duplicates": FoldDuplicates,
     "tool_json": ToolJson,
 }
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.
-DEFAULT_RULES: tuple[str, ...] = ()
+DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json")
