@@ -86,10 +86,31 @@ def cmd_bench(argv: list[str]) -> int:
     return int(bench_main(argv))
 
 
+def rules_yaml() -> str:
+    """The ``rules:`` and ``rule_options:`` blocks of config.yaml, with every option's help."""
+    import json
+
+    from rules import DEFAULT_RULES, REGISTRY
+    from rules.base import config_help
+
+    order = list(DEFAULT_RULES) + [n for n in REGISTRY if n not in DEFAULT_RULES]
+    lines = ["rules:"] + [f"  {n}: {'true' if n in DEFAULT_RULES else 'false'}" for n in order]
+    lines += ["", "rule_options:"]
+    for name in order:
+        lines.append(f"  {name}:")
+        for opt, _kind, default, text in config_help(REGISTRY[name].Config):
+            value = json.dumps(list(default) if isinstance(default, tuple) else default, ensure_ascii=False)
+            lines.append(f"    {opt}: {value}  # {text}")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_rules(args: argparse.Namespace) -> int:
     from rules import DEFAULT_RULES, REGISTRY
     from rules.base import config_help
 
+    if args.yaml:
+        print(rules_yaml(), end="")
+        return 0
     for name in sorted(REGISTRY):
         on = "on by default" if name in DEFAULT_RULES else "off by default"
         print(f"{name} ({on})")
@@ -115,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turns", type=int, default=0, help="stop after N requests (0 = all)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("rules", help="list the rules and their options")
+    p.add_argument("--yaml", action="store_true", help="print the config.yaml rules blocks")
     p.set_defaults(func=cmd_rules)
     sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)
     return parser

@@ -214,7 +214,11 @@ def _check(s: Settings) -> None:
 
 def build_rules(settings: Settings, deps: Any) -> list[Any]:
     """Instantiate the enabled rules in order (at start-up, never per request)."""
-    return [
-        REGISTRY[name](build_rule_config(name, settings.rule_options.get(name, {})), deps)
-        for name in settings.rules
-    ]
+    rules = []
+    for name in settings.rules:
+        config = build_rule_config(name, settings.rule_options.get(name, {}))
+        try:
+            rules.append(REGISTRY[name](config, deps))
+        except (ValueError, TypeError, OSError) as exc:
+            raise ConfigError(f"rule_options.{name}: {exc}") from None
+    return rules
