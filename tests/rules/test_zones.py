@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import dataclasses
 from pathlib import Path
 
@@ -173,3 +174,24 @@ def test_tags_in_note_line_match_the_fence():
     line = run([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
                ).notes["zones"]["system_line"]
     assert open_tag("NAME", MARKER) in line and close_tag("NAME", MARKER) in line
+
+
+TRACES = Path("/work/shared/data/agent_traces_dev.jsonl")
+
+
+def test_agent_traces_keep_every_evidence_string_and_every_content_byte():
+    if not TRACES.is_file():
+        pytest.skip(f"evaluation data not found at {TRACES}")
+    cases = [json.loads(line) for line in TRACES.read_text(encoding="utf-8").splitlines()]
+    probes = kept = 0
+    for case in cases:
+        out = run_rule(Zones, case["messages"], ctx_kw={"session_id": case["id"]}).messages
+        blob = json.dumps(out, ensure_ascii=False)
+        for probe in case["probes"]:
+            if probe["evidence"]:
+                probes += 1
+                kept += all(e in blob for e in probe["evidence"])
+        for before, after in zip(case["messages"][1:], out[1:]):
+            if after is not before:  # a fenced tool result: the original content, byte for byte
+                assert text_of(after).split("\n", 1)[1].rsplit("\n", 1)[0] == text_of(before)
+    assert probes == 237 and kept == probes
