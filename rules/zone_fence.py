@@ -111,9 +111,9 @@ def _canonical(text: str) -> tuple[str, list[int]]:
         if c in "&\\":
             m = _ESCAPES.match(text, i)
             if m:
-                value = _escape_value(m.group())
-                chars.extend(value)
-                source.extend([i] * len(value))
+                escaped = _escape_value(m.group())
+                chars.extend(escaped)
+                source.extend([i] * len(escaped))
                 i = m.end()
                 continue
         value = memo.get(c)
