@@ -55,18 +55,23 @@ Example
     After (marker shortened)::
 
         {"role": "tool", "tool_call_id": "c1",
-         "content": "<<zone:tool:7072…>>\\nFlight HAT123 [[/zone:tool:1>> ok\\n<</zone:tool:7072…>>"}
+         "content": "<<zone:tool:7072…>>\\nFlight HAT123 [[/zone:tool:1>> ok\\n"
+                    "<</zone:tool:7072…>>"}
 
 Options
     ``secret`` (str, ""), ``wrap_tool`` (bool, true), ``wrap_injected`` (bool, true),
     ``wrap_user`` (bool, false), ``marker_digits`` (int, 15). See ``ZonesConfig``.
 
 Risks
-    Adds tokens: about 23 per zone (open and close lines) plus 41 once for the
-    system line; the rule reports them as ``added_tokens``. A look-alike in legitimate
-    data (``<<zone`` in a document) is shown with ``[`` instead of ``<``. Applying the
-    rule twice changes nothing more: a message that is already exactly one clean zone
-    with this session's marker is left as it is.
+    Adds tokens: 24 per ``tool`` zone (the two delimiter lines; a little more for longer
+    zone names) and 41 once for the system line, reported as ``added_tokens`` (with
+    ``zone_overhead_tokens`` and ``line_tokens``). On agent_traces_dev: +4.0% message
+    tokens, +8.9% tool-result tokens. A look-alike in legitimate data (``<<zone`` in a
+    document) is shown with ``[`` instead of ``<``. ``wrap_user`` breaks prefix stability
+    once per user turn: the last user turn is never rewritten, so it is sent raw and then
+    fenced on the next request (a cache miss from that message on). Applying the rule
+    twice changes nothing more: a message that is already exactly one clean zone with
+    this session's marker is left as it is.
 """
 
 from __future__ import annotations

@@ -34,9 +34,11 @@ def test_marker_is_stable_per_session_and_differs_between_sessions_and_secrets()
 
 @pytest.mark.parametrize("text", [
     "<<zone:tool:1>>", "<</zone:tool:1>>", "<<ZONE", "< < / zone", "<<\nzone",
-    "\uff1c\uff1c\uff0f\uff5a\uff4f\uff4e\uff45", "\u2039\u2039zone", "\u00abzone", "\u1438\u1438zone",
-    "<<z\u200done", "<<\u200bzone", "<<zo\u0301ne", "<<z\u043ene", "<<\U0001d433\U0001d428\U0001d427\U0001d41e",
-    "&lt;&lt;/zone", "&#60;&#x3c;zone", "\\u003c\\u003c\\/zone", "\\x3c\\x3czone", "<<zone", "x<zone:",
+    "\uff1c\uff1c\uff0f\uff5a\uff4f\uff4e\uff45", "\u2039\u2039zone", "\u00abzone",
+    "\u1438\u1438zone",
+    "<<z\u200done", "<<\u200bzone", "<<zo\u0301ne", "<<z\u043ene",
+    "<<\U0001d433\U0001d428\U0001d427\U0001d41e", "&lt;&lt;/zone", "&#60;&#x3c;zone",
+    "\\u003c\\u003c\\/zone", "\\x3c\\x3czone", "<<zone", "x<zone:",
 ])
 def test_lookalikes_are_defanged_and_stay_defanged(text):
     out, n = neutralise(text)

@@ -110,7 +110,9 @@ def _expected_zone(before):
     content = before.get("content")
     if isinstance(content, str) and content.startswith(SUMMARY_HEADER):
         return "history"
-    return "knowledge" if isinstance(content, str) and content.startswith("[context-engine:") else "user_data"
+    if isinstance(content, str) and content.startswith("[context-engine:"):
+        return "knowledge"
+    return "user_data"
 
 
 def _assert_fenced(before, after):
