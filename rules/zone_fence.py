@@ -9,7 +9,7 @@ marker being secret: before wrapping, every look-alike of ``<<zone`` / ``<</zone
 the body is defanged. Look-alikes are found on a canonical copy of the text: NFKC,
 case-folded, format and combining characters (zero-width joiners…) removed, Unicode
 confusables of ``<``, ``/`` and of the letters of ``zone`` mapped to ASCII, and HTML and
-JSON escapes of ``<`` and ``/`` (``&lt;``, ``\\u003c``, ``\\/``…) decoded. A look-alike is
+JSON escapes (``&lt;``, ``&#x7a;``, ``\\u003c``, ``\\/``…) decoded. A look-alike is
 one or more ``<`` (spaces allowed between), an optional ``/``, and ``zone`` not followed
 by a letter. Its ``<`` characters are replaced by ``[`` in the original text; every
 other character is left byte-identical.
@@ -25,12 +25,15 @@ import unicodedata
 FALLBACK_SALT = b"context-engine/zones/v1"
 DEFANG = "["
 
-# Multi-character escapes a reader (human or model) decodes to "<" or "/".
+# Escapes a reader (human or model) decodes: JSON and Python ``\\uXXXX`` / ``\\xXX``, JSON's
+# ``\\/``, HTML numeric references and the named entities that matter here.
 _ESCAPES = re.compile(
-    r"&lt;?|&#0*60;?|&#x0*3c;?|\\u003c|\\x3c|&laquo;?|&lsaquo;?"
-    r"|&sol;|&#0*47;?|&#x0*2f;?|\\u002f|\\/",
+    r"\\u([0-9a-f]{4})|\\x([0-9a-f]{2})|&#x([0-9a-f]{1,6});?|&#([0-9]{1,7});?"
+    r"|&(lt|sol|laquo|lsaquo|lang|zwj|zwnj|shy);?|\\(/)",
     re.IGNORECASE,
 )
+_NAMED = {"lt": "<", "sol": "/", "laquo": "\u00ab", "lsaquo": "\u2039", "lang": "\u27e8",
+          "zwj": "\u200d", "zwnj": "\u200c", "shy": "\u00ad"}
 
 # Confusables NFKC leaves alone (full-width and mathematical forms NFKC already maps).
 _CONFUSABLES = {
@@ -68,13 +71,14 @@ def wrap(name: str, marker: str, body: str) -> str:
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 
 
-def _escape_value(escape: str) -> str:
-    s = escape.lower()
-    if "laquo" in s:
-        return "<<"
-    if s.endswith("/") or "sol" in s or "47" in s or "2f" in s:
+def _unescape(m: re.Match[str]) -> str:
+    hex4, hex2, hexref, decref, named, slash = m.groups()
+    if named:
+        return _NAMED[named.lower()]
+    if slash:
         return "/"
-    return "<"
+    code = int(hex4 or hex2 or hexref, 16) if decref is None else int(decref)
+    return chr(code) if code <= 0x10FFFF else m.group()
 
 
 def _canon_char(c: str) -> str:
@@ -89,15 +93,15 @@ def _canon_char(c: str) -> str:
 
 def _may_hold_lookalike(text: str) -> bool:
     """A cheap test: no look-alike is possible without a 'z' and a '<' in canonical form."""
+    if "&" in text or "\\" in text:
+        text = _ESCAPES.sub(_unescape, text)
     if text.isascii():
-        low = text.lower()
-        if "z" not in low or not ("<" in text or "&" in text or "\\" in text):
+        if "<" not in text:
             return False
-        return "zone" in low or bool(_ASCII_CONTROL.search(text))
-    canon = {c: _canon_char(c) for c in set(text)}
-    has_z = any("z" in v for v in canon.values())
-    has_lt = any("<" in v for v in canon.values()) or "&" in canon or "\\" in canon
-    return has_z and has_lt
+        low = text.lower()
+        return "zone" in low or ("z" in low and bool(_ASCII_CONTROL.search(text)))
+    canon = [_canon_char(c) for c in set(text)]
+    return any("z" in v for v in canon) and any("<" in v for v in canon)
 
 
 def _canonical(text: str) -> tuple[str, list[int]]:
@@ -111,7 +115,7 @@ def _canonical(text: str) -> tuple[str, list[int]]:
         if c in "&\\":
             m = _ESCAPES.match(text, i)
             if m:
-                escaped = _escape_value(m.group())
+                escaped = "".join(_canon_char(ch) for ch in _unescape(m))
                 chars.extend(escaped)
                 source.extend([i] * len(escaped))
                 i = m.end()

@@ -38,7 +38,8 @@ def test_marker_is_stable_per_session_and_differs_between_sessions_and_secrets()
     "\u1438\u1438zone",
     "<<z\u200done", "<<\u200bzone", "<<zo\u0301ne", "<<z\u043ene",
     "<<\U0001d433\U0001d428\U0001d427\U0001d41e", "&lt;&lt;/zone", "&#60;&#x3c;zone",
-    "\\u003c\\u003c\\/zone", "\\x3c\\x3czone", "<<zone", "x<zone:",
+    "\\u003c\\u003c\\/zone", "\\x3c\\x3czone", "<<zone", "x<zone:", "<<\\u007aone",
+    "&#60;&#60;&#x7A;one", "\\uff1c\\uff1czone", "&zwj;<<z&zwj;one", "&LT&lt/zone",
 ])
 def test_lookalikes_are_defanged_and_stay_defanged(text):
     out, n = neutralise(text)
@@ -51,7 +52,7 @@ def test_lookalikes_are_defanged_and_stay_defanged(text):
 @pytest.mark.parametrize("text", [
     "a < b and c > d", "<b>bold</b> <div class='zone'>", "ozone layer", "x<zone_id", "<zones>",
     "timezone <<EOF", "Reservation HAT123 for 2024-05-01", "\u597d\u7684\uff0c\u7a0d\u7b49",
-    "{\"a\": \"\\u003cb\\u003e\"}", "&lt;b&gt; zone", "",
+    "{\"a\": \"\\u003cb\\u003e\"}", "&lt;b&gt; zone", "", "caf\\u00e9 &#233; &amp; \\\\ path",
 ])
 def test_ordinary_text_is_left_byte_identical(text):
     assert neutralise(text) == (text, 0)
