@@ -9,6 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rules.zone_fence import (
+    _canonical,
+    _lookalike_lts,
+    _may_hold_lookalike,
     close_tag,
     has_lookalike,
     neutralise,
@@ -40,6 +43,7 @@ def test_marker_is_stable_per_session_and_differs_between_sessions_and_secrets()
     "<<\U0001d433\U0001d428\U0001d427\U0001d41e", "&lt;&lt;/zone", "&#60;&#x3c;zone",
     "\\u003c\\u003c\\/zone", "\\x3c\\x3czone", "<<zone", "x<zone:", "<<\\u007aone",
     "&#60;&#60;&#x7A;one", "\\uff1c\\uff1czone", "&zwj;<<z&zwj;one", "&LT&lt/zone",
+    "<<\u017aone", "\u226e\u226ezone", "<<ZONE\x01",
 ])
 def test_lookalikes_are_defanged_and_stay_defanged(text):
     out, n = neutralise(text)
@@ -106,3 +110,10 @@ def test_neutralising_only_replaces_brackets(text):
     stripped = body.replace("[", "")
     it = iter(text)
     assert all(c in it for c in stripped)
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.one_of(hostile_text, st.text()))
+def test_the_cheap_prefilter_never_misses_a_lookalike(text):
+    if not _may_hold_lookalike(text):
+        assert _lookalike_lts(_canonical(text)[0]) == []
