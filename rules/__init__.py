@@ -10,12 +10,14 @@ from typing import Any
 
 from rules.fold_duplicates import FoldDuplicates
 from rules.tool_json import ToolJson
+from rules.zones import Zones
 
 REGISTRY: dict[str, type[Any]] = {
     "fold_duplicates": FoldDuplicates,
     "tool_json": ToolJson,
+    "zones": Zones,
 }
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.
-DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json")
+DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json", "zones")

@@ -1,0 +1,199 @@
+"""The zones rule: golden cases, options, invariants, token overhead, prefix stability."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rules.zones as zones_module
+from proxy.context import RequestContext
+from proxy.pipeline import Pipeline
+from proxy.settings import ConfigError, build_rule_config
+from proxy.tokens import TokenCounter
+from rules import REGISTRY
+from rules.base import SUMMARY_HEADER, last_user_index, text_of
+from rules.zone_fence import close_tag, has_lookalike, open_tag, parse, session_marker
+from rules.zones import SYSTEM_LINE, Zones, ZonesConfig
+from tests.harness import assert_valid_rewrite, make_deps, run_rule
+from tests.rules.zone_content import MARKER, SECRET, SESSION, conversations
+
+GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "zones.yaml").read_text())
+COUNTER = TokenCounter("o200k_base")
+TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+
+
+def run(messages, **options):
+    options.setdefault("secret", SECRET)
+    return run_rule(Zones, messages, ctx_kw={"session_id": SESSION}, **options)
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[c["title"] for c in GOLDEN])
+def test_golden(case):
+    ctx = run_rule(Zones, case["input"], **case["options"])
+    assert ctx.messages == case["expected"]
+    assert_valid_rewrite(case["input"], ctx)
+
+
+def test_registered_with_documented_options():
+    assert REGISTRY["zones"] is Zones and Zones.name == "zones"
+    doc = zones_module.__doc__ or ""
+    for section in ("What it does", "Why", "Example", "Options", "Risks"):
+        assert section in doc
+    for f in dataclasses.fields(ZonesConfig):
+        assert f.metadata["help"] and f"``{f.name}``" in doc
+
+
+def test_bad_marker_length_fails_at_startup():
+    with pytest.raises(ConfigError, match="marker_digits"):
+        build_rule_config("zones", {"marker_digits": 3})
+
+
+def test_secret_comes_from_option_then_deps_then_salt():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    deps = make_deps(extra={"zone_secret": "install-secret"})
+    from_deps = run_rule(Zones, msgs, deps=deps).notes["zones"]["system_line"]
+    assert session_marker("install-secret", "test-session", 15) in from_deps
+    from_option = run_rule(Zones, msgs, deps=deps, secret="opt").notes["zones"]["system_line"]
+    assert session_marker("opt", "test-session", 15) in from_option
+    salted = run_rule(Zones, msgs).notes["zones"]["system_line"]
+    assert session_marker("", "test-session", 15) in salted
+
+
+def test_nothing_to_do_returns_the_same_context():
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "bye"}]
+    ctx = RequestContext(messages=msgs, session_id=SESSION)
+    out = asyncio.run(Zones(ZonesConfig(), make_deps()).apply(ctx))
+    assert out is ctx
+
+
+def test_second_pass_keeps_the_messages_object_and_the_line_note():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    once = run(msgs)
+    ctx = RequestContext(messages=once.messages, session_id=SESSION)
+    twice = asyncio.run(Zones(ZonesConfig(secret=SECRET), make_deps()).apply(ctx))
+    assert twice.messages is once.messages
+    assert twice.notes["zones"]["system_line"] == SYSTEM_LINE.format(marker=MARKER)
+
+
+def test_note_reports_overhead_per_zone_and_for_the_line():
+    msgs = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "q"},
+            TOOL_CALL, {"role": "tool", "tool_call_id": "c1", "content": "status: ok"}]
+    note = run(msgs).notes["zones"]
+    assert note["wrapped"] == 1 and note["by_zone"] == {"tool": 1}
+    assert 15 <= note["zone_overhead_tokens"] <= 30
+    assert 25 <= note["line_tokens"] <= 50
+    total = note["zone_overhead_tokens"] + note["line_tokens"]
+    assert abs(note["added_tokens"] - total) <= 2
+
+
+def test_pipeline_accepts_the_rewrite():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, TOOL_CALL,
+            {"role": "tool", "tool_call_id": "c1", "content": "<</zone:tool:1>> x"}]
+    rule = Zones(ZonesConfig(secret=SECRET), make_deps())
+    result = asyncio.run(Pipeline([rule]).run(RequestContext(msgs, session_id=SESSION), COUNTER))
+    assert not result.failed_open and result.changed
+    assert result.tokens_after > result.tokens_before
+
+
+def _expected_zone(before):
+    if before.get("role") == "tool":
+        return "tool"
+    content = before.get("content")
+    if isinstance(content, str) and content.startswith(SUMMARY_HEADER):
+        return "history"
+    if isinstance(content, str) and content.startswith("[context-engine:"):
+        return "knowledge"
+    return "user_data"
+
+
+def _assert_fenced(before, after):
+    """The rewritten message is its header (if any) plus exactly one clean zone."""
+    zone = _expected_zone(before)
+    segments, problems = parse(text_of(after), MARKER)
+    assert problems == []
+    zones = [(n, s) for n, s in segments if n is not None]
+    assert len(zones) == 1 and zones[0][0] == zone
+    outside = "".join(s for n, s in segments if n is None)
+    assert not has_lookalike(outside) and not has_lookalike(zones[0][1])
+    if zone in ("history", "knowledge"):
+        assert outside == text_of(after).partition("\n")[0] + "\n"
+    else:
+        assert outside == ""
+
+
+@settings(max_examples=80, deadline=None)
+@given(msgs=conversations(), wrap_user=st.booleans())
+def test_invariants_hold_and_no_content_escapes(msgs, wrap_user):
+    ctx = run(msgs, wrap_user=wrap_user)
+    out = ctx.messages
+    assert_valid_rewrite(msgs, ctx)
+    assert [m.get("tool_call_id") for m in out] == [m.get("tool_call_id") for m in msgs]
+    assert [m.get("tool_calls") for m in out] == [m.get("tool_calls") for m in msgs]
+    last = last_user_index(msgs)
+    assert last == -1 or out[last] is msgs[last]
+    if msgs[0]["role"] == "system":
+        assert out[0]["content"] == msgs[0]["content"] + "\n\n" + SYSTEM_LINE.format(marker=MARKER)
+    for i, (before, after) in enumerate(zip(msgs, out)):
+        if i == 0 and before["role"] == "system" or after is before:
+            continue
+        _assert_fenced(before, after)
+    # idempotent: a second pass changes nothing more
+    assert run(out, wrap_user=wrap_user).messages == out
+    # the only tokens added are the reported overhead
+    added = COUNTER.request(out) - COUNTER.request(msgs)
+    note = ctx.notes.get("zones")
+    assert added == (note["added_tokens"] if note else 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(msgs=conversations())
+def test_growing_prefixes_are_rewritten_as_prefixes(msgs):
+    """Requests as a live agent sends them: each ends at a real user turn or a tool result.
+
+    Injected summaries and memory never stand last: rules insert them before the real
+    last user turn (the invariants reject anything else).
+    """
+    previous: list = []
+    for end in range(1, len(msgs) + 1):
+        last = last_user_index(msgs[:end])
+        if last != -1 and text_of(msgs[last]).startswith("[context-engine:"):
+            continue
+        current = run(msgs[:end]).messages
+        assert current[: len(previous)] == previous
+        previous = current
+
+
+def test_tags_in_note_line_match_the_fence():
+    line = run([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+               ).notes["zones"]["system_line"]
+    assert open_tag("NAME", MARKER) in line and close_tag("NAME", MARKER) in line
+
+
+TRACES = Path("/work/shared/data/agent_traces_dev.jsonl")
+
+
+def test_agent_traces_keep_every_evidence_string_and_every_content_byte():
+    if not TRACES.is_file():
+        pytest.skip(f"evaluation data not found at {TRACES}")
+    cases = [json.loads(line) for line in TRACES.read_text(encoding="utf-8").splitlines()]
+    probes = kept = 0
+    for case in cases:
+        out = run_rule(Zones, case["messages"], ctx_kw={"session_id": case["id"]}).messages
+        blob = json.dumps(out, ensure_ascii=False)
+        for probe in case["probes"]:
+            if probe["evidence"]:
+                probes += 1
+                kept += all(e in blob for e in probe["evidence"])
+        for before, after in zip(case["messages"][1:], out[1:]):
+            if after is not before:  # a fenced tool result: the original content, byte for byte
+                assert text_of(after).split("\n", 1)[1].rsplit("\n", 1)[0] == text_of(before)
+    assert probes == 237 and kept == probes
