@@ -12,8 +12,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -63,10 +64,11 @@ def seed_rows(now: float) -> list[LedgerRow]:
 
     rows = [
         row(30 * HOUR, session="s1", model="gpt-4o", tokens_original=12_000, tokens_sent=7_000,
-            prompt_tokens=7_000, cached_tokens=2_000, proxy_ms=4.2,
+            prompt_tokens=7_000, cached_tokens=2_000, proxy_ms=4.2, utilization=0.42, oscillation=0.0,
             journal=journal(("fold_duplicates", 12_000, 9_000), ("trim_tool_output", 9_000, 7_000))),
         row(29 * HOUR, session="s1", model="gpt-4o", tokens_original=15_000, tokens_sent=9_500,
             prompt_tokens=9_500, cached_tokens=6_000, proxy_ms=6.8, completion_tokens=300,
+            utilization=0.58, oscillation=0.25,
             journal=journal(("fold_duplicates", 15_000, 11_000), ("trim_tool_output", 11_000, 9_500))),
         row(20 * HOUR, session="s2", model="gpt-4o-mini", tokens_original=8_000, tokens_sent=6_000,
             prompt_tokens=6_000, cached_tokens=0, proxy_ms=2.1,
@@ -74,7 +76,7 @@ def seed_rows(now: float) -> list[LedgerRow]:
         row(19 * HOUR, session="s2", model="gpt-4o-mini", tokens_original=9_000, tokens_sent=9_000,
             prompt_tokens=9_000, cached_tokens=4_000, proxy_ms=15.5, failed_open=True, rule_errors=1,
             journal=journal(("fold_duplicates", 9_000, 8_500), error="token_budget")),
-        row(5 * HOUR, session="s3", model="gpt-4o", tokens_original=20_000, tokens_sent=20_000, mode="shadow",
+        row(5 * HOUR, session="s3", model="gpt-4o", tokens_original=20_000, tokens_sent=15_000, mode="shadow",
             arm="shadow", prompt_tokens=20_000, cached_tokens=0, proxy_ms=1.1,
             journal=journal(("fold_duplicates", 20_000, 16_000), ("trim_tool_output", 16_000, 15_000))),
         row(10 * DAY, session="old", model="gpt-4o", tokens_original=50_000, tokens_sent=25_000,
@@ -160,11 +162,16 @@ def wait_ready(driver: Any, since: str) -> None:
 
 
 def screenshot(driver: Any, name: str) -> Path:
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, int(height) + 20)
+    """The whole page, not just the viewport."""
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False})
     ARTIFACTS.mkdir(exist_ok=True)
     out = ARTIFACTS / name
-    driver.save_screenshot(str(out))
+    try:
+        driver.save_screenshot(str(out))
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     return out
 
 
@@ -180,6 +187,8 @@ def check_headline(driver: Any, stats: dict[str, Any]) -> None:
     shown_as(read(driver, "cost-actual"), o["cost_actual"])
     shown_as(read(driver, "cost-saved-pct"), o["saving_pct"])
     shown_as(read(driver, "failed-open-share"), 100 * stats["failed_open_share"])
+    shown_as(read(driver, "utilization"), 100 * stats["context"]["utilization_mean"])
+    shown_as(read(driver, "oscillation"), 100 * stats["context"]["oscillation_mean"])
 
 
 def test_dashboard_shows_the_ledger_numbers(browser: Any, dashboard_server: tuple[str, str]) -> None:
@@ -195,9 +204,9 @@ def test_dashboard_shows_the_ledger_numbers(browser: Any, dashboard_server: tupl
     assert stats["overall"]["requests"] == 13
     check_headline(browser, stats)
     assert read(browser, "requests") == "13"
-    # Shadow rows count as sent unchanged; the rest sum to 47,000 original and 37,500 sent,
-    # plus the A/B rows (rewrite 10,000+11,000 → 6,000+7,500, turns and offsets added).
+    assert read(browser, "would-save") == "5,000"  # the shadow row: 20,000 → 15,000, not sent
     assert read(browser, "failed-open-share") == "7.7%"  # 1 of 13
+    assert read(browser, "utilization") == "50.0%"  # mean of 0.42 and 0.58
 
     # Per-rule table: one row per rule, with the journal's numbers.
     rules = {r["rule"]: r for r in stats["by_rule"]}
