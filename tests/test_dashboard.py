@@ -96,7 +96,7 @@ def seed_rows(now: float) -> list[LedgerRow]:
                             finish_reason="length" if (i, turn) == (3, 1) else "stop",
                             journal=journal(("trim_tool_output", original + extra, sent + extra))
                             if rewritten else []))
-    return rows
+    return sorted(rows, key=lambda r: r.ts)  # the proxy appends in time order
 
 
 @pytest.fixture
