@@ -9,7 +9,7 @@ from proxy.context import RequestContext
 from proxy.pipeline import Pipeline, PipelineResult, PipelineStats
 from proxy.settings import Settings, build_rules
 from proxy.store import Store, open_store
-from proxy.tokens import counter_for_model
+from proxy.tokens import counter_for_model, get_encoding
 from rules.base import RuleDeps
 
 
@@ -29,6 +29,8 @@ class Engine:
         self.stats = PipelineStats()
         self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps),
                                  self.stats)
+        for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
+            get_encoding(name)
 
     def count(self, body: dict[str, Any]) -> int:
         """Tokens of a request as the client sent it."""

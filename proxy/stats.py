@@ -17,7 +17,8 @@ def _mean(values: list[float]) -> float | None:
 
 def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
     total = overall(rows)
-    span = (rows[-1]["ts"] - rows[0]["ts"]) if rows else 0.0
+    stamps = [r.get("ts") or 0.0 for r in rows]
+    span = (max(stamps) - min(stamps)) if stamps else 0.0
     return {
         "generated_at": time.time(),
         "since": since,
