@@ -37,7 +37,9 @@ def single_table(file: str, result: dict[str, Any]) -> Table:
     table.add_column("system")
     table.add_column(f"tokens ({PRIMARY})", justify="right")
     for enc in encodings:
-        table.add_column(f"saved {enc.split('_')[0]}", justify="right")
+        label = {"messages": "saved msgs", "tool_results": "saved tool results"}.get(
+            enc, f"saved {enc.split('_')[0]}")
+        table.add_column(label, justify="right")
     for name in ("evidence retained", "invalid", "fail-open", "median ms", "p95 ms"):
         table.add_column(name, justify="right")
     for name, s in result["systems"].items():
@@ -124,8 +126,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["| file | system | reduction | prefix stable | cost vs none | median ms |",
                   "|---|---|---:|---:|---:|---:|"]
     else:
-        lines += ["| file | system | reduction | evidence retained | invalid | median ms |",
-                  "|---|---|---:|---:|---:|---:|"]
+        lines += ["| file | system | reduction | message tokens | tool-result tokens "
+                  "| evidence retained | invalid | median ms |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
     for file, result in report["files"].items():
         for name, s in result["systems"].items():
             red = _pct(s["reduction"].get(PRIMARY))
@@ -135,6 +138,8 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(f"| {file} | {name} | {red} | {_pct(r['prefix_stability_mean'])} "
                              f"| {cost} | {_ms(s['latency_ms'])} |")
             else:
-                lines.append(f"| {file} | {name} | {red} | {_retention(s)} | {s['invalid']} "
-                             f"| {_ms(s['latency_ms'])} |")
+                msgs = _pct(s["reduction"].get("messages"))
+                tools = _pct(s["reduction"].get("tool_results"))
+                lines.append(f"| {file} | {name} | {red} | {msgs} | {tools} | {_retention(s)} "
+                             f"| {s['invalid']} | {_ms(s['latency_ms'])} |")
     return "\n".join(lines) + "\n"

@@ -12,9 +12,17 @@ from proxy.tokens import TokenCounter
 Progress = Callable[[str], None]
 
 
+MESSAGES = "messages"  # primary encoding, messages only (no tool schemas)
+TOOL_RESULTS = "tool_results"  # primary encoding, tool-result messages only
+
+
 def _counts(counters: Sequence[TokenCounter], messages: list[Any],
             tools: list[dict[str, Any]] | None) -> dict[str, int]:
-    return {c.encoding: c.request(messages, tools) for c in counters}
+    counts = {c.encoding: c.request(messages, tools) for c in counters}
+    primary = counters[0]
+    counts[MESSAGES] = primary.messages(messages)
+    counts[TOOL_RESULTS] = sum(primary.message(m) for m in messages if m.get("role") == "tool")
+    return counts
 
 
 async def run_single(cases: Sequence[Case], systems: Sequence[Any],
