@@ -7,6 +7,7 @@ a missed fold costs a few tokens, a wrong fold loses a fact.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -19,8 +20,12 @@ _DECOR = re.compile(rf"(?<!\S)[{_QUOTES}]+|[{_QUOTES}{_TRAILING}]+(?!\S)")
 _CJK_PUNCT = re.compile(r"[，。！？、；：“”‘’（）《》【】…—～·「」『』]")
 
 
+@functools.lru_cache(maxsize=20_000)
 def normalize(text: str) -> str:
-    """Casefold, drop CJK punctuation and word-edge punctuation, collapse whitespace."""
+    """Casefold, drop CJK punctuation and word-edge punctuation, collapse whitespace.
+
+    Memoised: clients resend their whole history, so most texts were seen before.
+    """
     return " ".join(_DECOR.sub("", _CJK_PUNCT.sub(" ", text.casefold())).split())
 
 
