@@ -1,13 +1,15 @@
-"""Added latency of the proxy over calling the upstream directly.
+"""Added latency of the proxy over calling the upstream directly, in one run.
 
-Starts the mock upstream (``--plain``: no token work of its own) and the proxy as
-separate processes on loopback, then sends the same chat-completions requests to
-both, interleaved, over keep-alive connections. Each request resends a growing
-history, as agents do, with a new last user message. Reports p50/p95 of the
-direct and proxied round trips and the p50 difference, for ~4k- and ~25k-token
-requests. Run by hand; numbers go in the README, not in tests:
+Starts the mock upstream (``--plain``: no token work of its own) and three proxies as
+separate processes on loopback: passthrough (all rules off), shadow (the rules run
+after the response) and rewrite (the rules run before forwarding). The same
+chat-completions requests go to the mock directly and to each proxy, interleaved,
+over keep-alive connections. Each request resends a growing history, as agents do,
+with a new last user message. Reports p50/p95 round trips and the p50/p95 added over
+direct, for ~4k- and ~25k-token requests, and shadow's cost over passthrough. Run by
+hand; the numbers go in the README, not in tests:
 
-    python3 bench/overhead.py [--requests 300] [--rules ""] [--mode shadow]
+    python3 bench/overhead.py [--requests 300] [--rules fold_duplicates,tool_json,zones]
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def history(target_tokens: int) -> list[dict[str, Any]]:
 
 
 def wait_up(url: str) -> None:
-    deadline = time.time() + 30
+    deadline = time.time() + 60
     while time.time() < deadline:
         try:
             httpx.get(url, timeout=1)
@@ -60,44 +62,60 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def start_proxy(port: int, upstream: str, rules: str, mode: str, env: dict[str, str]) -> Any:
+    return subprocess.Popen(
+        [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port), "--upstream", upstream,
+         "--rules", rules, "--mode", mode, "--store", "memory://", "--config", os.devnull,
+         "--ledger", f"/tmp/context-engine-overhead-{mode}-{port}.db"],
+        env={**env, "CONTEXT_ENGINE_LOG_LEVEL": "warning"})
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    mock_port, proxy_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "proxy.mock_upstream", "--port", str(mock_port), "--plain"], env=env),
-        subprocess.Popen([sys.executable, "-m", "proxy.cli", "serve", "--port", str(proxy_port),
-                          "--upstream", f"http://127.0.0.1:{mock_port}/v1", "--rules", args.rules,
-                          "--store", "memory://", "--ledger", args.ledger, "--config", os.devnull,
-                          "--mode", args.mode],
-                         env={**env, "CONTEXT_ENGINE_LOG_LEVEL": "warning"}),
-    ]
-    results: dict[str, Any] = {"rules": args.rules, "mode": args.mode, "requests": args.requests}
+    mock_port = free_port()
+    upstream = f"http://127.0.0.1:{mock_port}/v1"
+    targets = {"direct": mock_port, "passthrough": free_port(), "shadow": free_port(),
+               "rewrite": free_port()}
+    procs = [subprocess.Popen([sys.executable, "-m", "proxy.mock_upstream", "--port",
+                               str(mock_port), "--plain"], env=env)]
+    procs.append(start_proxy(targets["passthrough"], upstream, "", "rewrite", env))
+    procs.append(start_proxy(targets["shadow"], upstream, args.rules, "shadow", env))
+    procs.append(start_proxy(targets["rewrite"], upstream, args.rules, "rewrite", env))
+    results: dict[str, Any] = {"rules": args.rules, "requests": args.requests}
     try:
         wait_up(f"http://127.0.0.1:{mock_port}/v1/models")
-        wait_up(f"http://127.0.0.1:{proxy_port}/healthz")
+        for name, port in targets.items():
+            if name != "direct":
+                wait_up(f"http://127.0.0.1:{port}/healthz")
         with httpx.Client(timeout=30) as client:
             for size in (4000, 25000):
                 base = history(size)
-                direct, proxied = [], []
+                times: dict[str, list[float]] = {name: [] for name in targets}
+                tokens = 0
                 for i in range(args.requests + 20):
                     body = json.dumps({"model": "gpt-4o", "messages": base + [
                         {"role": "user", "content": f"question number {i}: what changed?"}]}).encode()
-                    for port, out in ((mock_port, direct), (proxy_port, proxied)):
+                    for name, port in targets.items():
                         t = time.perf_counter()
                         r = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=body,
                                         headers={"content-type": "application/json",
                                                  "authorization": "Bearer bench"})
                         r.raise_for_status()
                         if i >= 20:  # warm-up excluded
-                            out.append((time.perf_counter() - t) * 1000)
-                tokens = int(r.headers.get("x-context-engine-tokens-before", 0))
-                results[f"{size}"] = {
-                    "tokens": tokens,
-                    "direct_p50_ms": round(statistics.median(direct), 3),
-                    "proxy_p50_ms": round(statistics.median(proxied), 3),
-                    "added_p50_ms": round(statistics.median(proxied) - statistics.median(direct), 3),
-                    "added_p95_ms": round(pct(proxied, 0.95) - pct(direct, 0.95), 3),
-                }
+                            times[name].append((time.perf_counter() - t) * 1000)
+                        tokens = int(r.headers.get("x-context-engine-tokens-before", tokens))
+                direct = times["direct"]
+                row: dict[str, Any] = {"tokens": tokens,
+                                       "direct_p50_ms": round(statistics.median(direct), 3)}
+                for name in ("passthrough", "shadow", "rewrite"):
+                    row[name] = {
+                        "p50_ms": round(statistics.median(times[name]), 3),
+                        "added_p50_ms": round(statistics.median(times[name]) - statistics.median(direct), 3),
+                        "added_p95_ms": round(pct(times[name], 0.95) - pct(direct, 0.95), 3),
+                    }
+                row["shadow_over_passthrough_p50_ms"] = round(
+                    statistics.median(times["shadow"]) - statistics.median(times["passthrough"]), 3)
+                results[str(size)] = row
     finally:
         for p in procs:
             p.terminate()
@@ -108,9 +126,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=300)
-    p.add_argument("--rules", default="", help='rules to enable in the proxy ("" = all off)')
-    p.add_argument("--mode", default="rewrite", choices=("rewrite", "shadow", "ab"))
-    p.add_argument("--ledger", default="/tmp/context-engine-overhead.db")
+    p.add_argument("--rules", default="fold_duplicates,tool_json,zones",
+                   help="rules of the shadow and rewrite proxies")
     args = p.parse_args()
     print(json.dumps(run(args), indent=2))
 
