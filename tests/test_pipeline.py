@@ -74,25 +74,25 @@ SCRIPT = """
 import asyncio, json, sys
 sys.path.insert(0, ".")
 from proxy.body import parse_body, splice
-from proxy.context import RequestContext
-from proxy.pipeline import Pipeline
-from proxy.tokens import TokenCounter
-from tests.fake_rules import DropOldAssistant
+from proxy.engine import Engine
+from proxy.settings import load_settings
 raw = sys.stdin.buffer.read()
 body = parse_body(raw)
-res = asyncio.run(Pipeline([DropOldAssistant()]).run(
-    RequestContext(messages=body.data["messages"], model="gpt-4o"), TokenCounter()))
+engine = Engine(load_settings(flags={"store": "memory://"}, env={}, config_path="/dev/null"))
+res = asyncio.run(engine.rewrite(body.data, "session-1")).result
+assert res.changed and not res.failed_open
 sys.stdout.buffer.write(splice(body, res.ctx.messages))
 """
 
 
-def test_rewrites_are_byte_identical_across_processes():
-    body = json.dumps({"model": "gpt-4o", "messages": MSGS + [
-        {"role": "assistant", "content": "Rain, ☂ 18°C"}, {"role": "user", "content": "ok ✓"}]},
-        ensure_ascii=False).encode()
+def test_default_rewrites_are_byte_identical_across_processes():
+    from proxy.demo_conversation import TOOLS, conversation
+
+    body = json.dumps({"model": "gpt-4o", "messages": conversation(), "tools": TOOLS},
+                      ensure_ascii=False).encode()
     outs = {subprocess.run([sys.executable, "-c", SCRIPT], input=body, capture_output=True,
                            check=True, env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}).stdout
             for seed in ("1", "2", "3")}
     assert len(outs) == 1
     (out,) = outs
-    assert json.loads(out)["messages"][-1] == {"role": "user", "content": "ok ✓"}
+    assert out != body and json.loads(out)["messages"][-1] == conversation()[-1]
