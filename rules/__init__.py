@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-REGISTRY: dict[str, type[Any]] = {}
+from rules.budget import Budget
+from rules.summarize import Summarize
+
+REGISTRY: dict[str, type[Any]] = {
+    "summarize": Summarize,
+    "budget": Budget,
+}
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.
