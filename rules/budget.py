@@ -112,9 +112,19 @@ class _Plan:
         # Units that may go: not system, not the last user turn, not the final unit. Units
         # keep their spans: a step drops whole units or replaces contents in place.
         last_user = last_user_index(messages)
-        self.all_units = units(messages, system_prefix_len(messages))
+        self.head = system_prefix_len(messages)
+        self.all_units = units(messages, self.head)
         self.units = [(s, e) for s, e in self.all_units[:-1] if not (s <= last_user < e)
                       and messages[s].get("role") not in ("system", "developer")]
+
+    def drop_unit(self, s: int, e: int, kind: str) -> None:
+        """Drop messages ``s:e`` unless a later system message would join the system prompt."""
+        nxt = next((i for i in range(self.head, len(self.slots))
+                    if self.slots[i] is not None and not s <= i < e), None)
+        if nxt is not None and self.slots[nxt].get("role") in ("system", "developer"):
+            return
+        for i in range(s, e):
+            self.put(i, None, kind)
 
     def alive(self) -> list[tuple[int, int]]:
         return [(s, e) for s, e in self.units if self.slots[s] is not None]
@@ -178,8 +188,7 @@ class Budget:
                 continue
             results = [plan.slots[i] for i in range(s + 1, e)]
             if all(_is_stub(text_of(m)) for m in results):
-                for i in range(s, e):
-                    plan.put(i, None, "stub_unit")
+                plan.drop_unit(s, e, "stub_unit")
                 continue
             for i in range(s + 1, e):
                 self._stub(plan, i)
@@ -207,7 +216,7 @@ class Budget:
             if plan.total <= budget:
                 return
             if e - s == 1 and header in text_of(plan.slots[s])[:_STUB_CHARS]:
-                plan.put(s, None, kind)
+                plan.drop_unit(s, e, kind)
 
     def _summary_detail(self, plan: _Plan, budget: int) -> None:
         for s, e in plan.alive():
@@ -222,8 +231,7 @@ class Budget:
         for s, e in plan.alive():
             if plan.total <= budget:
                 return
-            for i in range(s, e):
-                plan.put(i, None, "turn")
+            plan.drop_unit(s, e, "turn")
 
 
 def _is_stub(text: str) -> bool:

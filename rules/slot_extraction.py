@@ -48,10 +48,11 @@ _PENDING = re.compile(
     r"|i want (?:you )?to|i'm looking to|i am looking to|i'm trying to|help me|make sure"
     r"|remember to|don't forget|let's)\b"
     r"|\b(?:please|todo|to-do|need you to|have to|must)\b"
-    r"|请|帮我|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快", re.IGNORECASE)
+    r"|请|帮我(?!.*了[。！!]?$)|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快", re.IGNORECASE)
 _DECISION = re.compile(
     r"\b(?:i will|i'll|we will|we'll|i'm going to|i am going to|we're going to|decided"
-    r"|decide to|plan(?:ning)? to|agreed|going with|let's go with|confirmed|booked|scheduled"
+    r"|decide to|plan(?:ning)? to|agreed|going with|let's go with|i confirm|confirmed|go ahead"
+    r"|booked|scheduled"
     r"|has been (?:booked|updated|changed|created|confirmed|cancelled)"
     r"|i've (?:booked|updated|changed|created|sent|scheduled|made))\b"
     r"|我会|我将|我们将|决定|打算|计划|已为您|已经为你|已确认|确认了|选择了|就用|定了",
@@ -61,10 +62,13 @@ _PREFER = re.compile(
     r"|\bi(?:'d| would) rather\b|\bi (?:don't|do not) like\b|\bfan of\b|\bprefer"
     r"|喜欢|偏好|更愿意|宁愿|讨厌|习惯|最爱|爱吃|口味", re.IGNORECASE)
 _ORIG = re.compile(r"orig:([0-9a-f]{12})")
-# (slot, priority) per cue, checked in this order; facts rank by entity count below 1.0.
-_CUES = (("revocations", _REVOKE, 4.0), ("pending_tasks", _PENDING, 3.0),
-         ("decisions", _DECISION, 3.0), ("preferences", _PREFER, 2.0))
-_TOOL_PRIORITY = 5.0
+# Cue words, checked in this order; the first that matches names the slot.
+_CUES = (("revocations", _REVOKE), ("pending_tasks", _PENDING), ("decisions", _DECISION),
+         ("preferences", _PREFER))
+# Tool results, revocations and pending tasks are always kept ("list more rather than
+# fewer"); the other items compete for the budget by entity score, cue items first.
+_ALWAYS = ("tool_results", "revocations", "pending_tasks")
+_CUE_BONUS = 3
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class Slots:
 
 @dataclass(frozen=True)
 class _Item:
-    priority: float
+    priority: int
     order: int
     slot: str
     text: str
@@ -126,7 +130,7 @@ def extract_slots(messages: list[dict[str, Any]], max_chars: int, item_chars: in
         for call in m.get("tool_calls") or ():
             result = results.get(call.get("id"))
             line = tool_line(call, _text(result) if result else None, item_chars)
-            items.append(_Item(_TOOL_PRIORITY, len(items), "tool_results", line))
+            items.append(_Item(0, len(items), "tool_results", line))
     return _select(items, max_chars)
 
 
@@ -141,11 +145,17 @@ def _text(m: dict[str, Any]) -> str:
 
 
 def _sentence_items(role: str, text: str, start: int, item_chars: int) -> list[_Item]:
-    speaker = _SPEAKER.match(text.split("\n")[-1]) if text else None
-    who = speaker.group(1) if speaker else role
+    """Kept sentences of one message, each prefixed with its speaker (a ``Name:`` label
+    opening the message, as in transcripts) or else its role."""
+    lines = text.split("\n")
+    first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("[")), 0)
+    label = _SPEAKER.match(lines[first]) if lines else None
+    who = label.group(1) if label else role
+    if label:
+        lines[first] = lines[first][label.end():]
     out: list[_Item] = []
-    for raw in _SPLIT.split(text):
-        sentence = _SPEAKER.sub("", raw.strip(), count=1).strip()
+    for raw in _SPLIT.split("\n".join(lines)):
+        sentence = raw.strip()
         if not sentence:
             continue
         slot, priority = _classify(role, sentence)
@@ -156,20 +166,22 @@ def _sentence_items(role: str, text: str, start: int, item_chars: int) -> list[_
     return out
 
 
-def _classify(role: str, sentence: str) -> tuple[str, float]:
-    for slot, pattern, priority in _CUES:
-        if slot == "pending_tasks" and role != "user":
-            continue
-        if pattern.search(sentence):
-            return slot, priority
+def _classify(role: str, sentence: str) -> tuple[str, int]:
+    """The slot of one sentence and its rank; rank 0 = not worth keeping."""
     score = 2 * len(_STRONG.findall(sentence)) + len(_NAME.findall(sentence))
     if len(sentence.split()) < 6 and not re.search(r"[\u4e00-\u9fff]", sentence):
         score //= 2
-    return "confirmed_facts", min(score, 9) / 10
+    for slot, pattern in _CUES:
+        if slot == "pending_tasks" and role != "user":
+            continue
+        if pattern.search(sentence):
+            return slot, score + _CUE_BONUS
+    return "confirmed_facts", score
 
 
 def _select(items: list[_Item], max_chars: int) -> Slots:
-    ranked = sorted(items, key=lambda it: (-it.priority, it.order))
+    """Always-kept items, and the best-ranked others within ``max_chars``; in original order."""
+    ranked = sorted(items, key=lambda it: (it.slot not in _ALWAYS, -it.priority, it.order))
     kept: list[_Item] = []
     seen: set[str] = set()
     used = 0
@@ -177,11 +189,12 @@ def _select(items: list[_Item], max_chars: int) -> Slots:
         key = it.text.lower()
         if key in seen:
             continue
-        if it.priority < _TOOL_PRIORITY and used + len(it.text) > max_chars:
+        budgeted = it.slot not in _ALWAYS
+        if budgeted and used + len(it.text) > max_chars:
             continue
         seen.add(key)
         kept.append(it)
-        used += len(it.text)
+        used += len(it.text) if budgeted else 0
     by_slot: dict[str, list[str]] = {s: [] for s in SLOTS}
     for it in sorted(kept, key=lambda it: it.order):
         by_slot[it.slot].append(it.text)

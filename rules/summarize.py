@@ -28,9 +28,9 @@ Options
 
 Risks
     Lossy: raw wording of old turns is gone (``retrieve`` brings relevant turns back).
-    The last user turn, system prompts and tool-call pairs are never summarized; a
-    mid-conversation system message is kept verbatim before its block's summary; a block
-    whose summary would not be smaller than the block stays raw. Tool originals are
+    The last user turn, system prompts and tool-call pairs are never summarized; a block
+    holding a mid-conversation system message, or whose summary would not be smaller than
+    the block, stays raw. Tool originals are
     stored under ``orig:<id>``, so nothing is lost from the store.
 """
 
@@ -103,7 +103,7 @@ class Summarize:
         self.summarizer: Summarizer | None = summarizer
         kind = summarizer.kind if summarizer is not None else "rules"
         self._salt = fingerprint(VERSION, kind, config.max_ratio, config.min_chars,
-                                 config.item_chars).encode()
+                                 config.item_chars)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         msgs = ctx.messages
@@ -137,7 +137,8 @@ class Summarize:
         last_user = last_user_index(msgs)
         start = system_prefix_len(msgs)
         for i in range(start, max(last_user, start)):
-            if text_of(msgs[i]).startswith(SUMMARY_HEADER):
+            content = msgs[i].get("content")
+            if isinstance(content, str) and content.startswith(SUMMARY_HEADER):
                 start = i + 1
         spans = units(msgs, start)
         k = self.config.block
@@ -147,14 +148,14 @@ class Summarize:
         return start, [(spans[b * k][0], spans[b * k + k - 1][1]) for b in range(n)]
 
     def _key(self, block: list[Any], encoding: str) -> str:
-        h = hashlib.sha256(self._salt + encoding.encode())
+        parts = [self._salt, encoding]
         for m in block:
-            content = m.get("content")
-            if len(m) == 2 and isinstance(content, str) and isinstance(m.get("role"), str):
-                h.update(b"\x1e" + m["role"].encode() + b"\x1f" + content.encode())
+            content, role = m.get("content"), m.get("role")
+            if len(m) == 2 and isinstance(content, str) and isinstance(role, str):
+                parts.append(role + "\x1f" + content)
             else:
-                h.update(b"\x1d" + json.dumps(m, sort_keys=True, ensure_ascii=False).encode())
-        return "sum:" + h.hexdigest()[:32]
+                parts.append("\x1d" + json.dumps(m, sort_keys=True, ensure_ascii=False))
+        return "sum:" + hashlib.sha256("\x1e".join(parts).encode()).hexdigest()[:32]
 
     async def _summarize(self, msgs: list[Any], blocks: list[tuple[int, int]],
                          keys: list[str], missing: list[int],
@@ -181,6 +182,8 @@ class Summarize:
 
     def _summary_bytes(self, block: list[Any], llm: Slots | None,
                        counter: TokenCounter) -> bytes:
+        if any(_is_system(m) for m in block):
+            return RAW  # a mid-conversation system message is an instruction: keep it as sent
         chars = sum(len(text_of(m)) for m in block)
         budget = max(self.config.min_chars, int(chars * self.config.max_ratio))
         slots = extract_slots(block, budget, self.config.item_chars)
@@ -188,7 +191,7 @@ class Summarize:
             slots = dataclasses.replace(llm, tool_results=slots.tool_results)
         content = SUMMARY_HEADER + "\n" + (slots.render() or EMPTY)
         summary_tokens = counter.message({"role": "user", "content": content})
-        block_tokens = sum(counter.message(m) for m in block if not _is_system(m))
+        block_tokens = sum(counter.message(m) for m in block)
         return content.encode() if summary_tokens < block_tokens else RAW
 
     def _keep_originals(self, block: list[Any]) -> None:
@@ -205,7 +208,5 @@ def _is_system(m: Any) -> bool:
 
 
 def _block_output(block: list[Any], summary: str) -> list[Any]:
-    """A closed block as sent: raw, or its system messages then one summary message."""
-    if not summary:
-        return list(block)
-    return [m for m in block if _is_system(m)] + [{"role": "user", "content": summary}]
+    """A closed block as sent: raw, or one summary message."""
+    return [{"role": "user", "content": summary}] if summary else list(block)
