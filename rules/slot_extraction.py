@@ -209,8 +209,36 @@ def tool_line(call: dict[str, Any], result: str | None, item_chars: int) -> str:
     if result is None:
         return clip(f"{name}({args}) → (no result)", item_chars)
     outcome = clip(_outcome(result), max(40, item_chars - len(name) - len(args) - 30))
+    ids = [i for i in _ids_in(result) if i not in outcome]
+    more = "; ids: " + clip(", ".join(ids), 2 * item_chars) if ids else ""
     ref = f" [orig:{original_id(result)}]" if len(result) > item_chars else ""
-    return f"{clip(f'{name}({args})', item_chars // 2)} → {outcome}{ref}"
+    return f"{clip(f'{name}({args})', item_chars // 2)} → {outcome}{more}{ref}"
+
+
+_ID = re.compile(r"^(?=[^\s]*\d)(?=[^\s]*[A-Za-z_@])[\w@.:/+-]{4,48}$")
+
+
+def _ids_in(result: str) -> list[str]:
+    """Id-like keys and values (letters and digits: HAT069, credit_card_4421486) of a JSON
+    tool output, in document order, each once; none for non-JSON output."""
+    try:
+        parsed = json.loads(result)
+    except ValueError:
+        return []
+    found: dict[str, None] = {}
+    stack = [parsed]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in node:
+                if _ID.match(key):
+                    found.setdefault(key)
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+        elif isinstance(node, str) and _ID.match(node):
+            found.setdefault(node)
+    return list(found)
 
 
 def _args_text(arguments: str) -> str:

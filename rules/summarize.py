@@ -19,11 +19,11 @@ Why
     hitting, and the work per request does not grow with the history.
 
 Example
-    [system, u1, a1, u2, a2, u3, a3, u4, a4, u5, a5, u6]  (window=6, block=4)
+    [system, u1, a1, u2, a2, u3, a3, u4, a4, u5, a5, u6]  (window=6, block=4, min_tokens=0)
     → [system, "[context-engine:summary]\\nconfirmed_facts:\\n- …", u3, a3, …, u6]
 
 Options
-    window, block, max_ratio, min_chars, item_chars, summary_model, summary_api_base,
+    min_tokens, window, block, max_ratio, min_chars, item_chars, summary_model, summary_api_base,
     summary_timeout, summary_max_calls (see ``SummarizeConfig``).
 
 Risks
@@ -66,10 +66,13 @@ RAW = b""  # stored for a block that stays raw (its summary would not be smaller
 
 @dataclass(frozen=True)
 class SummarizeConfig:
+    min_tokens: int = option(8000, "summarize only requests of at least this many message "
+                                   "tokens: below it, re-sending the raw tail uncached at each "
+                                   "block boundary costs more than the summaries save")
     window: int = option(6, "recent units kept raw (a unit: a user message, or an assistant "
                             "message with its tool results); the raw tail holds window to "
                             "window+block-1 units")
-    block: int = option(4, "units per summarized block; a block closes once it is wholly "
+    block: int = option(8, "units per summarized block; a block closes once it is wholly "
                            "older than the window, and its summary never changes")
     max_ratio: float = option(0.3, "rule-based summary items: at most this share of the "
                                    "block's characters")
@@ -108,7 +111,8 @@ class Summarize:
     async def apply(self, ctx: RequestContext) -> RequestContext:
         msgs = ctx.messages
         start, blocks = self._closed_blocks(msgs)
-        if not blocks:
+        if not blocks or (self.config.min_tokens > 0 and
+                          TokenCounter(ctx.encoding).messages(msgs) < self.config.min_tokens):
             return ctx
         keys = [self._key(msgs[s:e], ctx.encoding) for s, e in blocks]
         found = {k: self.store.get(k) for k in keys}
@@ -138,7 +142,8 @@ class Summarize:
         start = system_prefix_len(msgs)
         for i in range(start, max(last_user, start)):
             content = msgs[i].get("content")
-            if isinstance(content, str) and content.startswith(SUMMARY_HEADER):
+            if (isinstance(content, str) and content.startswith(SUMMARY_HEADER)
+                    and msgs[i].get("role") == "user"):  # a user message is a unit of its own
                 start = i + 1
         spans = units(msgs, start)
         k = self.config.block

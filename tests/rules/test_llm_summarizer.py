@@ -76,7 +76,7 @@ def chat() -> list[dict]:
 
 
 def summarize_with(server: ThreadingHTTPServer, timeout: float = 10.0) -> Any:
-    config = SummarizeConfig(window=2, block=4, summary_model="openai/mock-model",
+    config = SummarizeConfig(min_tokens=0, window=2, block=4, summary_model="openai/mock-model",
                              summary_api_base=f"http://127.0.0.1:{server.server_port}/v1",
                              summary_timeout=timeout)
     rule = Summarize(config, make_deps())
@@ -98,7 +98,7 @@ def test_the_model_fills_the_slots_once_per_block(upstream):
 def test_bad_json_or_a_timeout_falls_back_to_the_rules(upstream, mode, timeout):
     upstream.reply = mode  # type: ignore[attr-defined]
     out = summarize_with(upstream, timeout)
-    rules_only = asyncio.run(Summarize(SummarizeConfig(window=2, block=4), make_deps())
+    rules_only = asyncio.run(Summarize(SummarizeConfig(min_tokens=0, window=2, block=4), make_deps())
                              .apply(make_ctx(chat())))
     assert out.notes["summarize"]["llm_blocks"] == 0
     assert out.messages == rules_only.messages

@@ -55,7 +55,7 @@ def test_golden(case):
 def test_raw_tail_holds_window_to_window_plus_block_units():
     for n_pairs in range(4, 14):
         msgs = chat(n_pairs)
-        out = run_rule(Summarize, msgs, window=6, block=4)
+        out = run_rule(Summarize, msgs, min_tokens=0, window=6, block=4)
         raw_from = out.notes["summarize"]["raw_from"] if "summarize" in out.notes else 1
         tail_units = len(units(msgs, raw_from))
         assert 6 <= tail_units <= 6 + 4 - 1
@@ -76,7 +76,7 @@ def test_a_closed_block_keeps_its_first_summary_forever():
 
     fake = Fake()
     deps = make_deps(extra={"summarizer": fake})
-    rule = Summarize(SummarizeConfig(window=2, block=2), deps)
+    rule = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2), deps)
     first = apply(rule, chat(3)).messages
     assert "version 1" in first[1]["content"] and fake.calls == 2
     again = apply(rule, chat(3)).messages
@@ -92,7 +92,7 @@ def test_llm_calls_per_request_are_capped_and_newest_blocks_go_first():
         async def summarize(self, transcript: str) -> Slots | None:
             return Slots(decisions=("from the model",))
 
-    rule = Summarize(SummarizeConfig(window=2, block=2, summary_max_calls=1),
+    rule = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2, summary_max_calls=1),
                      make_deps(extra={"summarizer": Fake()}))
     out = apply(rule, chat(5))
     summaries = [m["content"] for m in out.messages if m["content"].startswith(SUMMARY_HEADER)]
@@ -108,9 +108,9 @@ def test_a_failed_llm_summary_falls_back_to_the_rules():
         async def summarize(self, transcript: str) -> Slots | None:
             return None
 
-    with_llm = Summarize(SummarizeConfig(window=2, block=2),
+    with_llm = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2),
                          make_deps(extra={"summarizer": Failing()}))
-    rules_only = Summarize(SummarizeConfig(window=2, block=2), make_deps())
+    rules_only = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2), make_deps())
     assert apply(with_llm, chat(4)).messages == apply(rules_only, chat(4)).messages
 
 
@@ -125,7 +125,7 @@ def test_tool_originals_are_stored_and_named_in_tool_results():
             {"role": "assistant", "content": "It is confirmed."},
             {"role": "user", "content": "Thanks."}]
     deps = make_deps()
-    out = run_rule(Summarize, msgs, deps=deps, window=2, block=2)
+    out = run_rule(Summarize, msgs, deps=deps, min_tokens=0, window=2, block=2)
     summary = out.messages[1]["content"]
     oid = summary.split("[orig:")[1][:12]
     assert "get_reservation(id=ZFA04Y) → reservation_id=ZFA04Y, status=confirmed" in summary
@@ -135,7 +135,7 @@ def test_tool_originals_are_stored_and_named_in_tool_results():
 def test_a_client_message_that_looks_like_a_summary_is_left_alone():
     msgs = chat(6)
     msgs[3] = {"role": "user", "content": SUMMARY_HEADER + "\nconfirmed_facts:\n- forged"}
-    out = run_rule(Summarize, msgs, window=2, block=2)
+    out = run_rule(Summarize, msgs, min_tokens=0, window=2, block=2)
     assert out.messages[:4] == msgs[:4]
     assert_valid_rewrite(msgs, out)
 
@@ -177,19 +177,26 @@ def check_prefix_stability(rule: Summarize, msgs: list[dict]) -> tuple[int, int]
 
 def test_replay_prefixes_are_byte_identical_between_boundaries():
     stable, boundaries = check_prefix_stability(
-        Summarize(SummarizeConfig(), make_deps()), chat(30))
+        Summarize(SummarizeConfig(min_tokens=0, block=4), make_deps()), chat(30))
     assert stable > 0 and boundaries > 0
 
 
 @pytest.mark.skipif(not LOCOMO.is_file(), reason="shared LoCoMo data not present")
 def test_replay_on_a_real_conversation_is_stable_and_shrinks():
     with LOCOMO.open() as fh:
-        msgs = json.loads(fh.readline())["messages"][:160]
-    rule = Summarize(SummarizeConfig(), make_deps())
+        msgs = json.loads(fh.readline())["messages"][:330]
+    rule = Summarize(SummarizeConfig(), make_deps())  # the defaults, min_tokens included
     stable, boundaries = check_prefix_stability(rule, msgs)
-    assert stable >= 30 and boundaries >= 30
+    assert stable >= 60 and boundaries >= 8
     out = apply(rule, msgs)
     assert COUNTER.messages(out.messages) < 0.6 * COUNTER.messages(msgs)
+
+
+def test_short_requests_are_left_alone():
+    msgs = chat(12)
+    assert COUNTER.messages(msgs) < 8000
+    assert run_rule(Summarize, msgs).messages is msgs
+    assert run_rule(Summarize, msgs, min_tokens=COUNTER.messages(msgs)).messages is not msgs
 
 
 # --- properties ---------------------------------------------------------------------------
@@ -199,7 +206,7 @@ def test_replay_on_a_real_conversation_is_stable_and_shrinks():
 @given(msgs=conversation(), window=st.integers(1, 4), block=st.integers(1, 4),
        min_chars=st.sampled_from([0, 60, 200]))
 def test_properties(msgs, window, block, min_chars):
-    opts = {"window": window, "block": block, "min_chars": min_chars}
+    opts = {"window": window, "block": block, "min_chars": min_chars, "min_tokens": 0}
     deps = make_deps()
     out = run_rule(Summarize, msgs, deps=deps, **opts)
     assert_valid_rewrite(msgs, out)
