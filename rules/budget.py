@@ -42,8 +42,9 @@ import importlib.util
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from proxy.context import RequestContext
 from proxy.tokens import TokenCounter
@@ -81,7 +82,7 @@ def model_windows() -> dict[str, int]:
     spec = importlib.util.find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
         return {}
-    root = list(spec.submodule_search_locations)[0]
+    root = next(iter(spec.submodule_search_locations))
     path = os.path.join(root, "model_prices_and_context_window_backup.json")
     try:
         with open(path, encoding="utf-8") as fh:
@@ -245,9 +246,7 @@ def _without_detail(content: str) -> str:
     for line in content.split("\n"):
         if _DETAIL.match(line):
             keep = False
-        elif _KEPT.match(line):
-            keep = True
-        elif not line.startswith("- "):
+        elif _KEPT.match(line) or not line.startswith("- "):
             keep = True
         if keep:
             kept.append(line)

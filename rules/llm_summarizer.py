@@ -95,7 +95,7 @@ class LiteLLMSummarizer:
     async def summarize(self, transcript: str) -> Slots | None:
         try:
             reply = await asyncio.wait_for(self._complete(transcript), self.timeout)
-        except Exception:  # the edge: any provider failure falls back to the rule-based slots
+        except Exception:  # noqa: BLE001 - the edge: any failure means rule-based slots
             return None
         return parse_slots(reply, item_chars=self.item_chars) if reply else None
 

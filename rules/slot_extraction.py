@@ -31,9 +31,11 @@ _SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]{0,20}(?: [A-Z][\w.'-]{0,20})?):\s+")
 # Strong entities (numbers, dates, ids, amounts, acronyms) count 2; capitalised words
 # inside a sentence (names, places) count 1.
 _STRONG = re.compile(
-    r"\d+(?:[.,:/-]\d+)*|[$€£¥￥]|\b[\w.+-]+@[\w-]+\.\w|https?://|\b\w+_\w+\b|\b[A-Z]{2,}\b"
+    r"\d+(?:[.,:/-]\d+)*|[$€£¥￥]|\b[\w.+-]+@[\w-]+\.\w|https?://|\b\w+_\w+\b"
+    r"|\b[A-Z]{2,}\b"
     r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\b"
-    r"|\b(?:[Yy]esterday|[Tt]oday|[Tt]omorrow|[Tt]onight|(?:[Ll]ast|[Nn]ext) (?:week|month|year|weekend))\b"
+    r"|\b(?:[Yy]esterday|[Tt]oday|[Tt]omorrow|[Tt]onight"
+    r"|(?:[Ll]ast|[Nn]ext) (?:week|month|year|weekend))\b"
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b"
     r"|[零一二两三四五六七八九十百千万]+[年月日号点岁元块次天周个位]"
     r"|昨天|今天|明天|上周|下周|星期|周[一二三四五六日]|[《“「].+?[》”」]"
@@ -48,7 +50,8 @@ _PENDING = re.compile(
     r"|i want (?:you )?to|i'm looking to|i am looking to|i'm trying to|help me|make sure"
     r"|remember to|don't forget|let's)\b"
     r"|\b(?:please|todo|to-do|need you to|have to|must)\b"
-    r"|请|帮我(?!.*了[。！!]?$)|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快", re.IGNORECASE)
+    r"|请|帮我(?!.*了[。！!]?$)|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快",
+    re.IGNORECASE)
 _DECISION = re.compile(
     r"\b(?:i will|i'll|we will|we'll|i'm going to|i am going to|we're going to|decided"
     r"|decide to|plan(?:ning)? to|agreed|going with|let's go with|i confirm|confirmed|go ahead"

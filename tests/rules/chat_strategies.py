@@ -31,7 +31,8 @@ def tool_unit(draw: Any, n: int) -> list[dict[str, Any]]:
          "function": {"name": "lookup", "arguments": json.dumps({"q": draw(text())})}}
         for i in ids]}
     results = [{"role": "tool", "tool_call_id": i,
-                "content": json.dumps({"status": "ok", "detail": draw(text()) * draw(st.integers(1, 8))})}
+                "content": json.dumps({"status": "ok",
+                                       "detail": draw(text()) * draw(st.integers(1, 8))})}
                for i in ids]
     return [call, *results]
 

@@ -7,8 +7,9 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -98,8 +99,8 @@ def test_the_model_fills_the_slots_once_per_block(upstream):
 def test_bad_json_or_a_timeout_falls_back_to_the_rules(upstream, mode, timeout):
     upstream.reply = mode  # type: ignore[attr-defined]
     out = summarize_with(upstream, timeout)
-    rules_only = asyncio.run(Summarize(SummarizeConfig(min_tokens=0, window=2, block=4), make_deps())
-                             .apply(make_ctx(chat())))
+    rules = Summarize(SummarizeConfig(min_tokens=0, window=2, block=4), make_deps())
+    rules_only = asyncio.run(rules.apply(make_ctx(chat())))
     assert out.notes["summarize"]["llm_blocks"] == 0
     assert out.messages == rules_only.messages
 

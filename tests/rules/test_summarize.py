@@ -157,7 +157,7 @@ def replay(rule: Summarize, msgs: list[dict]):
 
 
 def check_prefix_stability(rule: Summarize, msgs: list[dict]) -> tuple[int, int]:
-    prev = None
+    prev = prefix_prev = None
     stable = boundaries = 0
     for prefix, out in replay(rule, msgs):
         assert_valid_rewrite(prefix, out)
@@ -203,7 +203,8 @@ def test_short_requests_are_left_alone():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(msgs=conversation(), window=st.integers(1, 4), block=st.integers(1, 4),
+@given(msgs=conversation(min_units=4, max_units=30), window=st.integers(1, 4),
+       block=st.integers(1, 4),
        min_chars=st.sampled_from([0, 60, 200]))
 def test_properties(msgs, window, block, min_chars):
     opts = {"window": window, "block": block, "min_chars": min_chars, "min_tokens": 0}
