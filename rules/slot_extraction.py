@@ -278,6 +278,7 @@ def _outcome(result: str) -> str:
     scalars = [(k, v) for k, v in parsed.items() if not isinstance(v, (dict, list))]
     hinted = [kv for kv in scalars if any(h in kv[0].lower() for h in _KEY_HINTS)]
     chosen = (hinted + [kv for kv in scalars if kv not in hinted])[:4]
-    parts = [f"{k}={_scalar(v)}" for k, v in chosen]
-    others = len(parsed) - len(chosen)
+    nested = [k for k, v in parsed.items() if isinstance(v, (dict, list))][:4 - len(chosen)]
+    parts = [f"{k}={_scalar(v)}" for k, v in chosen] + [f"{k}=…" for k in nested]
+    others = len(parsed) - len(parts)
     return ", ".join(parts) + (f" (+{others} fields)" if others > 0 else "") or "{}"
