@@ -118,3 +118,21 @@ def test_properties(msgs, budget, keep):
     assert msgs[last_user_index(msgs)] in out.messages
     again = run_rule(Budget, out.messages, deps=deps, max_input_tokens=budget, keep_recent=keep)
     assert again.messages == out.messages  # idempotent
+
+
+def test_a_unit_with_stubbed_and_raw_results_loses_only_the_raw_ones():
+    msgs = history()
+    msgs[2] = {**msgs[2], "tool_calls": [*msgs[2]["tool_calls"], {
+        "id": "c2", "type": "function", "function": {"name": "rows", "arguments": "{}"}}]}
+    stub = "[tool_json: unused rows result; original: orig:0123456789ab]"
+    msgs.insert(4, {"role": "tool", "tool_call_id": "c2", "content": stub})
+    out = run_rule(Budget, msgs, max_input_tokens=COUNTER.messages(msgs) - 1)
+    assert out.messages[4] == msgs[4] and out.messages[3]["content"].startswith("[context-engine:")
+    assert_valid_rewrite(msgs, out)
+
+
+def test_no_model_map_means_no_derived_budget(monkeypatch):
+    from rules import budget as module
+
+    monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None)
+    assert module.model_windows.__wrapped__() == {}
