@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.context import RequestContext
-from proxy.tokens import TokenCounter
+from proxy.tokens import REPLY_PRIMING, TokenCounter
 from rules.base import (
     SUMMARY_HEADER,
     RuleDeps,
@@ -111,8 +111,7 @@ class Summarize:
     async def apply(self, ctx: RequestContext) -> RequestContext:
         msgs = ctx.messages
         start, blocks = self._closed_blocks(msgs)
-        if not blocks or (self.config.min_tokens > 0 and
-                          TokenCounter(ctx.encoding).messages(msgs) < self.config.min_tokens):
+        if not blocks or not _at_least(TokenCounter(ctx.encoding), msgs, self.config.min_tokens):
             return ctx
         keys = [self._key(msgs[s:e], ctx.encoding) for s, e in blocks]
         found = {k: self.store.get(k) for k in keys}
@@ -206,6 +205,16 @@ class Summarize:
                 key = "orig:" + original_id(content)
                 if f"orig:{original_id(content)}" not in content and self.store.get(key) is None:
                     self.store.set(key, content.encode())
+
+
+def _at_least(counter: TokenCounter, msgs: list[Any], tokens: int) -> bool:
+    """Whether ``counter.messages(msgs) >= tokens``; counting stops once it is."""
+    total = REPLY_PRIMING
+    for m in reversed(msgs):
+        if total >= tokens:
+            return True
+        total += counter.message(m)
+    return total >= tokens
 
 
 def _is_system(m: Any) -> bool:
