@@ -16,22 +16,27 @@ Why
     under the hash of the block's content and never regenerated, and later blocks only
     append their own summary message, so between two block boundaries the rewritten
     request is the previous one plus the new turns: the provider's prompt cache keeps
-    hitting, and the work per request does not grow with the history.
+    hitting. Extraction (or the LLM call) happens once per block; a request only hashes
+    its blocks and reads their summaries from the store. Below ``min_tokens`` nothing is
+    summarized: in a short session, re-sending the raw tail uncached at each block
+    boundary costs more than the summaries save at cached prices.
 
 Example
     [system, u1, a1, u2, a2, u3, a3, u4, a4, u5, a5, u6]  (window=6, block=4, min_tokens=0)
     → [system, "[context-engine:summary]\\nconfirmed_facts:\\n- …", u3, a3, …, u6]
 
 Options
-    min_tokens, window, block, max_ratio, min_chars, item_chars, summary_model, summary_api_base,
-    summary_timeout, summary_max_calls (see ``SummarizeConfig``).
+    min_tokens, window, block, max_ratio, min_chars, item_chars, summary_model,
+    summary_api_base, summary_timeout, summary_max_calls (see ``SummarizeConfig``).
 
 Risks
-    Lossy: raw wording of old turns is gone (``retrieve`` brings relevant turns back).
-    The last user turn, system prompts and tool-call pairs are never summarized; a block
-    holding a mid-conversation system message, or whose summary would not be smaller than
-    the block, stays raw. Tool originals are
-    stored under ``orig:<id>``, so nothing is lost from the store.
+    Lossy: the raw wording of old turns is gone (``retrieve`` brings relevant turns
+    back); rule-based extraction keeps sentences with entities, numbers, dates, ids and
+    cue words, within ``max_ratio`` of the block, plus every pending task, revocation and
+    tool call. The last user turn, system prompts and tool-call pairs are never
+    summarized; a block holding a mid-conversation system message, or whose summary would
+    not be smaller than the block, stays raw. Tool originals are stored under
+    ``orig:<id>``, so nothing is lost from the store.
 """
 
 from __future__ import annotations
