@@ -113,17 +113,20 @@ class _Plan:
         # Units that may go: not system, not the last user turn, not the final unit. Units
         # keep their spans: a step drops whole units or replaces contents in place.
         last_user = last_user_index(messages)
-        self.head = system_prefix_len(messages)
-        self.all_units = units(messages, self.head)
+        head = system_prefix_len(messages)
+        self.first = head  # the first message kept after the system prompt
+        self.all_units = units(messages, head)
         self.units = [(s, e) for s, e in self.all_units[:-1] if not (s <= last_user < e)
                       and messages[s].get("role") not in ("system", "developer")]
 
     def drop_unit(self, s: int, e: int, kind: str) -> None:
         """Drop messages ``s:e`` unless a later system message would join the system prompt."""
-        nxt = next((i for i in range(self.head, len(self.slots))
-                    if self.slots[i] is not None and not s <= i < e), None)
-        if nxt is not None and self.slots[nxt].get("role") in ("system", "developer"):
-            return
+        if s == self.first:  # the first message after the system prompt: check what follows
+            nxt = next((i for i in range(e, len(self.slots)) if self.slots[i] is not None),
+                       len(self.slots))
+            if nxt < len(self.slots) and self.slots[nxt].get("role") in ("system", "developer"):
+                return
+            self.first = nxt
         for i in range(s, e):
             self.put(i, None, kind)
 
