@@ -79,10 +79,11 @@ class SummarizeConfig:
                             "window+block-1 units")
     block: int = option(8, "units per summarized block; a block closes once it is wholly "
                            "older than the window, and its summary never changes")
-    max_ratio: float = option(0.3, "rule-based summary items: at most this share of the "
-                                   "block's characters")
-    min_chars: int = option(200, "rule-based summary items: at least this many characters "
-                                 "(small blocks)")
+    max_ratio: float = option(0.3, "rule-based summaries: facts, preferences and decisions fill "
+                                   "at most this share of the block's characters (pending "
+                                   "tasks, revocations and tool results are always kept)")
+    min_chars: int = option(200, "rule-based summaries: the share above is at least this many "
+                                 "characters")
     item_chars: int = option(200, "longest slot item, in characters")
     summary_model: str = option("", "litellm model name for LLM summaries; empty = "
                                     "rule-based only")
