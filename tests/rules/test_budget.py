@@ -136,3 +136,21 @@ def test_no_model_map_means_no_derived_budget(monkeypatch):
 
     monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None)
     assert module.model_windows.__wrapped__() == {}
+
+
+def test_summarize_then_budget_through_the_engine(tmp_path):
+    from proxy.engine import Engine
+    from proxy.settings import load_settings
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"rule_options": {
+        "summarize": {"min_tokens": 0, "block": 4}, "budget": {"max_input_tokens": 300}}}))
+    settings = load_settings(flags={"rules": "summarize,budget", "store": "memory://"}, env={},
+                             config_path=str(config))
+    msgs = history() + [{"role": "assistant", "content": f"Reply {i} about booking HAT0{i}."}
+                        if i % 2 else {"role": "user", "content": f"Question {i} on HAT0{i}?"}
+                        for i in range(1, 20)]
+    result = asyncio.run(Engine(settings).rewrite({"model": "gpt-4o", "messages": msgs}, "s1")).result
+    assert not result.failed_open and not any(j.error for j in result.journal)
+    assert [j.rule for j in result.journal] == ["summarize", "budget"]
+    assert result.tokens_after <= 300 < result.tokens_before
