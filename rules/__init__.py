@@ -8,16 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from rules.budget import Budget
 from rules.fold_duplicates import FoldDuplicates
+from rules.summarize import Summarize
 from rules.tool_json import ToolJson
 from rules.zones import Zones
 
 REGISTRY: dict[str, type[Any]] = {
     "fold_duplicates": FoldDuplicates,
     "tool_json": ToolJson,
+    "summarize": Summarize,
     "zones": Zones,
+    "budget": Budget,
 }
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.
-DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json", "zones")
+DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json", "summarize", "zones", "budget")

@@ -1,0 +1,256 @@
+"""budget: the last line of defence; drops by priority until the request fits the input budget.
+
+What it does
+    Counts the rewritten request (messages and tool schemas). If it exceeds the input
+    budget (``max_input_tokens``, or the model's ``max_input_tokens`` in litellm's
+    bundled model map minus the request's ``max_tokens``), it drops, oldest first within
+    each step, until the request fits:
+
+    1. old tool outputs: a unit whose results are all stored-original stubs is dropped
+       whole; raw outputs become a one-line stub naming the id the original is stored
+       under (the last ``keep_recent`` units are spared in this step);
+    2. retrieved snippets (messages starting with ``[context-engine:memory]``);
+    3. summary detail: summaries keep only their header, pending_tasks and revocations;
+       then whole summaries go;
+    4. the oldest turns (whole units).
+
+    The system prompt(s), tool definitions, the last user turn and the final unit are
+    never dropped, nor is half of a tool-call/tool-result pair. If the request still
+    cannot fit, it goes out anyway and the upstream's own error reaches the client.
+
+Why
+    A request over the context window fails outright. Dropping what matters least, by a
+    fixed priority list, beats truncating history from the front.
+
+Example
+    budget 2,000, request 9,500 tokens with three old 3,000-token tool outputs
+    → the outputs become ``[context-engine:dropped] tool output (3,012 tokens) stored as
+    orig:1a2b3c4d5e6f``; nothing else changes.
+
+Options
+    max_input_tokens, keep_recent (see ``BudgetConfig``).
+
+Risks
+    Lossy by design, and only when the request would otherwise fail. Everything dropped
+    is listed in the journal note; dropped tool outputs are kept in the store.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.context import RequestContext
+from proxy.tokens import TokenCounter
+from rules.base import (
+    MEMORY_HEADER,
+    SUMMARY_HEADER,
+    RuleDeps,
+    last_user_index,
+    option,
+    system_prefix_len,
+    text_of,
+    units,
+)
+from rules.slot_extraction import original_id
+
+DROPPED = "[context-engine:dropped]"
+_STUB = re.compile(r"orig:[0-9a-f]{12}")
+_STUB_CHARS = 300
+_DETAIL = re.compile(r"^(confirmed_facts|preferences|decisions|tool_results):$")
+_KEPT = re.compile(r"^(pending_tasks|revocations):$")
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    max_input_tokens: int = option(0, "input budget in tokens; 0 = the model's max_input_tokens "
+                                      "from litellm's bundled model map minus the request's "
+                                      "max_tokens (no budget for unknown models)")
+    keep_recent: int = option(2, "last units whose tool outputs are not stubbed in the first "
+                                 "step (they can still go in the last step)")
+
+
+@functools.lru_cache(maxsize=1)
+def model_windows() -> dict[str, int]:
+    """``max_input_tokens`` per model from litellm's bundled JSON (litellm not imported)."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    root = next(iter(spec.submodule_search_locations))
+    path = os.path.join(root, "model_prices_and_context_window_backup.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return {name: int(info["max_input_tokens"]) for name, info in data.items()
+            if isinstance(info, dict) and isinstance(info.get("max_input_tokens"), (int, float))}
+
+
+def context_window(model: str) -> int:
+    """The model's input window (exact name, then without provider prefixes), or 0."""
+    windows = model_windows()
+    for name in (model, model.split("/", 1)[-1], model.rsplit("/", 1)[-1]):
+        if windows.get(name):
+            return windows[name]
+    return 0
+
+
+class _Plan:
+    """The messages being cut down, with a running token total and a drop log."""
+
+    def __init__(self, messages: list[Any], counter: TokenCounter, total: int) -> None:
+        self.slots: list[Any] = list(messages)  # None = dropped
+        self.counter = counter
+        self.total = total
+        self.dropped: list[dict[str, Any]] = []
+        # Units that may go: not system, not the last user turn, not the final unit. Units
+        # keep their spans: a step drops whole units or replaces contents in place.
+        last_user = last_user_index(messages)
+        head = system_prefix_len(messages)
+        self.first = head  # the first message kept after the system prompt
+        self.all_units = units(messages, head)
+        self.units = [(s, e) for s, e in self.all_units[:-1] if not (s <= last_user < e)
+                      and messages[s].get("role") not in ("system", "developer")]
+
+    def drop_unit(self, s: int, e: int, kind: str) -> None:
+        """Drop messages ``s:e`` unless a later system message would join the system prompt."""
+        if s == self.first:  # the first message after the system prompt: check what follows
+            nxt = next((i for i in range(e, len(self.slots)) if self.slots[i] is not None),
+                       len(self.slots))
+            if nxt < len(self.slots) and self.slots[nxt].get("role") in ("system", "developer"):
+                return
+            self.first = nxt
+        for i in range(s, e):
+            self.put(i, None, kind)
+
+    def alive(self) -> list[tuple[int, int]]:
+        return [(s, e) for s, e in self.units if self.slots[s] is not None]
+
+    def put(self, i: int, new: Any, kind: str) -> None:
+        old = self.slots[i]
+        saved = self.counter.message(old) - (self.counter.message(new) if new is not None else 0)
+        if saved <= 0:
+            return
+        self.slots[i] = new
+        self.total -= saved
+        self.dropped.append({"kind": kind, "index": i, "tokens": saved})
+
+
+class Budget:
+    name = "budget"
+    Config = BudgetConfig
+
+    def __init__(self, config: BudgetConfig, deps: RuleDeps) -> None:
+        self.config = config
+        self.store = deps.store
+
+    def budget_for(self, ctx: RequestContext) -> int:
+        if self.config.max_input_tokens > 0:
+            return self.config.max_input_tokens
+        window = context_window(ctx.model)
+        return max(0, window - (ctx.max_tokens or 0)) if window else 0
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        budget = self.budget_for(ctx)
+        if budget <= 0:
+            return ctx.with_note(self.name, {"budget": 0, "fits": True})
+        counter = TokenCounter(ctx.encoding)
+        before = counter.request(ctx.messages, ctx.tools)
+        if before <= budget:
+            return ctx.with_note(self.name, {"budget": budget, "tokens": before, "fits": True})
+        plan = _Plan(ctx.messages, counter, before)
+        for step in self._steps():
+            if plan.total <= budget:
+                break
+            step(plan, budget)
+        out = [m for m in plan.slots if m is not None]
+        note = {"budget": budget, "tokens": before, "after": plan.total,
+                "fits": plan.total <= budget, "dropped_count": len(plan.dropped),
+                "dropped": plan.dropped}
+        if not plan.dropped:
+            return ctx.with_note(self.name, note)
+        return ctx.replace(messages=out).with_note(self.name, note)
+
+    def _steps(self) -> list[Callable[[_Plan, int], None]]:
+        return [self._tool_outputs, self._snippets, self._summary_detail, self._summaries,
+                self._turns]
+
+    def _tool_outputs(self, plan: _Plan, budget: int) -> None:
+        keep = self.config.keep_recent
+        spare = set(plan.all_units[-keep:]) if keep > 0 else set()
+        for s, e in plan.alive():
+            if plan.total <= budget:
+                return
+            if (s, e) in spare or plan.slots[s].get("role") != "assistant" or e - s < 2:
+                continue
+            results = [plan.slots[i] for i in range(s + 1, e)]
+            if all(_is_stub(text_of(m)) for m in results):
+                plan.drop_unit(s, e, "stub_unit")
+                continue
+            for i in range(s + 1, e):
+                self._stub(plan, i)
+
+    def _stub(self, plan: _Plan, i: int) -> None:
+        m = plan.slots[i]
+        content = m.get("content")
+        if not isinstance(content, str) or _is_stub(content):
+            return
+        oid = original_id(content)
+        if self.store.get("orig:" + oid) is None:
+            self.store.set("orig:" + oid, content.encode())
+        tokens = plan.counter.text(content)
+        stub = f"{DROPPED} tool output ({tokens:,} tokens) stored as orig:{oid}"
+        plan.put(i, {**m, "content": stub}, "tool_output")
+
+    def _snippets(self, plan: _Plan, budget: int) -> None:
+        self._drop_marked(plan, budget, MEMORY_HEADER, "snippet")
+
+    def _summaries(self, plan: _Plan, budget: int) -> None:
+        self._drop_marked(plan, budget, SUMMARY_HEADER, "summary")
+
+    def _drop_marked(self, plan: _Plan, budget: int, header: str, kind: str) -> None:
+        for s, e in plan.alive():
+            if plan.total <= budget:
+                return
+            if e - s == 1 and header in text_of(plan.slots[s])[:_STUB_CHARS]:
+                plan.drop_unit(s, e, kind)
+
+    def _summary_detail(self, plan: _Plan, budget: int) -> None:
+        for s, e in plan.alive():
+            if plan.total <= budget:
+                return
+            m = plan.slots[s]
+            content = m.get("content")
+            if e - s == 1 and isinstance(content, str) and SUMMARY_HEADER in content[:_STUB_CHARS]:
+                plan.put(s, {**m, "content": _without_detail(content)}, "summary_detail")
+
+    def _turns(self, plan: _Plan, budget: int) -> None:
+        for s, e in plan.alive():
+            if plan.total <= budget:
+                return
+            plan.drop_unit(s, e, "turn")
+
+
+def _is_stub(text: str) -> bool:
+    return len(text) <= _STUB_CHARS and bool(_STUB.search(text))
+
+
+def _without_detail(content: str) -> str:
+    """A summary with only its header lines, pending_tasks and revocations."""
+    kept: list[str] = []
+    keep = True
+    for line in content.split("\n"):
+        if _DETAIL.match(line):
+            keep = False
+        elif _KEPT.match(line) or not line.startswith("- "):
+            keep = True
+        if keep:
+            kept.append(line)
+    return "\n".join(kept)

@@ -1,0 +1,156 @@
+"""budget: golden cases, drop order, the never-drop set, the model window, properties."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from proxy.tokens import TokenCounter
+from rules.base import SUMMARY_HEADER, last_user_index, units
+from rules.budget import Budget, BudgetConfig, context_window
+from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
+from tests.rules.chat_strategies import conversation
+
+GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "budget.yaml").read_text())
+COUNTER = TokenCounter("o200k_base")
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[c["title"] for c in GOLDEN])
+def test_golden(case):
+    out = run_rule(Budget, case["input"], **case["options"])
+    assert out.messages == case["expected"]
+    assert_valid_rewrite(case["input"], out)
+
+
+def history() -> list[dict]:
+    big = json.dumps({"rows": [{"id": f"R{i}", "v": i * 7} for i in range(40)]})
+    return [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Old question about the weather in Paris last week."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "rows", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": big},
+        {"role": "user", "content": SUMMARY_HEADER + "\nconfirmed_facts:\n- user: id is R7\n"
+                                    "- user: budget is $500\npending_tasks:\n- user: book HAT069"},
+        {"role": "user", "content": "[context-engine:memory]\n- the user flies on May 20"},
+        {"role": "assistant", "content": "Noted, I will keep all of that in mind."},
+        {"role": "user", "content": "Book it now."},
+    ]
+
+
+def drops_at(budget: int) -> tuple[list[str], int]:
+    out = run_rule(Budget, history(), max_input_tokens=budget)
+    assert_valid_rewrite(history(), out)
+    note = out.notes["budget"]
+    return [d["kind"] for d in note["dropped"]], note["after"]
+
+
+def test_drop_order_follows_the_priority_list():
+    # Each budget is one token under what the previous step reached, so each adds a step.
+    budget = COUNTER.messages(history()) - 1
+    expected = [["tool_output"], ["tool_output", "snippet"],
+                ["tool_output", "snippet", "summary_detail"],
+                ["tool_output", "snippet", "summary_detail", "summary"],
+                ["tool_output", "snippet", "summary_detail", "summary", "turn"]]
+    for want in expected:
+        kinds, after = drops_at(budget)
+        assert kinds == want
+        budget = after - 1
+    out = run_rule(Budget, history(), max_input_tokens=1)
+    assert out.messages == [history()[0], history()[-1]]  # all else went, the pair whole
+
+
+def test_what_cannot_fit_is_forwarded_and_recorded():
+    msgs = history()
+    out = run_rule(Budget, msgs, max_input_tokens=1)
+    note = out.notes["budget"]
+    assert note["fits"] is False and note["after"] > 1 and note["dropped_count"] > 0
+    assert out.messages[0] == msgs[0] and out.messages[-1] == msgs[-1]
+    assert_valid_rewrite(msgs, out)
+
+
+def test_dropped_tool_outputs_are_kept_in_the_store():
+    deps = make_deps()
+    out = run_rule(Budget, history(), deps=deps, max_input_tokens=COUNTER.messages(history()) - 1)
+    stub = out.messages[3]["content"]
+    oid = stub.rsplit("orig:", 1)[1]
+    assert deps.store.get("orig:" + oid) == history()[3]["content"].encode()
+
+
+def test_the_budget_comes_from_the_model_window_minus_max_tokens():
+    assert context_window("gpt-4o") == 128000
+    assert context_window("openai/gpt-4o") == 128000
+    assert context_window("no-such-model-anywhere") == 0
+    rule = Budget(BudgetConfig(), make_deps())
+    ctx = make_ctx(history(), model="gpt-4o", max_tokens=128000 - 100)
+    out = asyncio.run(rule.apply(ctx))
+    assert out.notes["budget"]["budget"] == 100 and out.notes["budget"]["dropped_count"] > 0
+    unknown = asyncio.run(rule.apply(make_ctx(history(), model="no-such-model-anywhere")))
+    assert unknown.messages is unknown.messages and unknown.notes["budget"]["budget"] == 0
+
+
+def test_tool_definitions_count_and_are_never_touched():
+    tools = [{"type": "function", "function": {"name": "rows", "description": "x " * 300,
+                                               "parameters": {"type": "object"}}}]
+    msgs = history()
+    plain = COUNTER.request(msgs)
+    out = run_rule(Budget, msgs, ctx_kw={"tools": tools}, max_input_tokens=plain)
+    assert out.tools == tools
+    assert out.notes["budget"]["tokens"] == COUNTER.request(msgs, tools)
+    assert out.notes["budget"]["dropped_count"] > 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(msgs=conversation(), budget=st.integers(1, 600), keep=st.integers(0, 3))
+def test_properties(msgs, budget, keep):
+    deps = make_deps()
+    out = run_rule(Budget, msgs, deps=deps, max_input_tokens=budget, keep_recent=keep)
+    assert_valid_rewrite(msgs, out)
+    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
+    final = units(msgs)[-1]
+    assert out.messages[-(final[1] - final[0]):] == msgs[final[0]:]  # the final unit stays
+    assert msgs[last_user_index(msgs)] in out.messages
+    again = run_rule(Budget, out.messages, deps=deps, max_input_tokens=budget, keep_recent=keep)
+    assert again.messages == out.messages  # idempotent
+
+
+def test_a_unit_with_stubbed_and_raw_results_loses_only_the_raw_ones():
+    msgs = history()
+    msgs[2] = {**msgs[2], "tool_calls": [*msgs[2]["tool_calls"], {
+        "id": "c2", "type": "function", "function": {"name": "rows", "arguments": "{}"}}]}
+    stub = "[tool_json: unused rows result; original: orig:0123456789ab]"
+    msgs.insert(4, {"role": "tool", "tool_call_id": "c2", "content": stub})
+    out = run_rule(Budget, msgs, max_input_tokens=COUNTER.messages(msgs) - 1)
+    assert out.messages[4] == msgs[4] and out.messages[3]["content"].startswith("[context-engine:")
+    assert_valid_rewrite(msgs, out)
+
+
+def test_no_model_map_means_no_derived_budget(monkeypatch):
+    from rules import budget as module
+
+    monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None)
+    assert module.model_windows.__wrapped__() == {}
+
+
+def test_summarize_then_budget_through_the_engine(tmp_path):
+    from proxy.engine import Engine
+    from proxy.settings import load_settings
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"rule_options": {
+        "summarize": {"min_tokens": 0, "block": 4}, "budget": {"max_input_tokens": 300}}}))
+    settings = load_settings(flags={"rules": "summarize,budget", "store": "memory://"}, env={},
+                             config_path=str(config))
+    msgs = history() + [{"role": "assistant", "content": f"Reply {i} about booking HAT0{i}."}
+                        if i % 2 else {"role": "user", "content": f"Question {i} on HAT0{i}?"}
+                        for i in range(1, 20)]
+    result = asyncio.run(Engine(settings).rewrite({"model": "gpt-4o", "messages": msgs}, "s1")).result
+    assert not result.failed_open and not any(j.error for j in result.journal)
+    assert [j.rule for j in result.journal] == ["summarize", "budget"]
+    assert result.tokens_after <= 300 < result.tokens_before
