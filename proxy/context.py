@@ -40,6 +40,9 @@ class RequestContext:
     session_id: str = ""
     encoding: str = "o200k_base"
     max_tokens: int | None = None
+    # The messages as the client sent them, for rules that must see turns an earlier rule
+    # replaced (retrieve indexes the raw turns summarize folded into summaries).
+    original: Messages | None = None
     # Rules may leave structured facts for later rules and the ledger (e.g. zones'
     # marker, budget's drops). Keys are rule names; values are JSON-able.
     notes: dict[str, Any] = field(default_factory=dict)

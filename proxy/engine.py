@@ -51,6 +51,7 @@ class Engine:
             session_id=session_id,
             encoding=counter.encoding,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+            original=body["messages"],
         )
         result = await self.pipeline.run(ctx, counter)
         return Rewrite(result, counter.encoding, fallback)
