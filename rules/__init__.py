@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-REGISTRY: dict[str, type[Any]] = {}
+from rules.retrieve import Retrieve
+
+REGISTRY: dict[str, type[Any]] = {
+    "retrieve": Retrieve,
+}
 
 # The rules enabled when neither config.yaml, CONTEXT_ENGINE_RULES nor --rules names any,
 # in run order.

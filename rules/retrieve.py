@@ -1,0 +1,195 @@
+"""retrieve: long memory over turns that left the window, injected as one cited zone.
+
+What it does
+    Turns in closed blocks (older than ``recent_turns`` units, closed every
+    ``block_turns`` units, as ``summarize`` aligns them) leave the request and are indexed
+    for this session only: one chunk per turn, long tool output cut by records, each
+    chunk keeping its turn number, speaker, session/date header and tool name. On a
+    substantive user turn (not "thanks"/"ok"/"好的"), a hybrid search (BM25 over
+    stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
+    weighted up for ids, numbers, dates, code) picks the relevant snippets, and they come
+    back as one ``[context-engine:memory]`` user message just before that user turn.
+
+Why
+    Clients resend the whole history; most of it is irrelevant to the current turn.
+    Cache-aware: the zone injected for a user turn stays where it is, byte-identical,
+    until the next block closes, so the provider's prompt cache keeps hitting; snippets
+    already visible are not injected again; nothing changes while the dropped history is
+    under ``min_closed_tokens``.
+
+Example
+    [system, 400 old turns…, u: "what did I say about the Berlin trip?", a: …, u: "thanks"]
+    → [system, memory zone (#12 user: "Berlin in May…", #13 …), recent turns…]
+
+Options
+    See ``RetrieveConfig``.
+
+Risks
+    A fact that no query finds is not in the request any more; summaries (``summarize``)
+    or a larger ``max_snippet_tokens`` reduce that risk.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.context import RequestContext
+from proxy.tokens import TokenCounter
+from rules.base import (MEMORY_HEADER, SUMMARY_HEADER, RuleDeps, closed_prefix_end, fingerprint,
+                        last_user_index, option, system_prefix_len, text_of, units)
+from rules.embedders import make_embedder
+from rules.knowledge_base import KnowledgeBase
+from rules.memory_index import EmbeddingCache, SessionIndex, chunk_messages
+from rules.memory_search import Hit, SearchParams, fused_scores, render, select
+from rules.query_analysis import is_acknowledgement
+
+log = logging.getLogger("context_engine.retrieve")
+POSITIONS = ("before_last_user", "after_system")
+
+
+@dataclass(frozen=True)
+class RetrieveConfig:
+    recent_turns: int = option(4, "units (turns) always kept raw at the end of the request")
+    block_turns: int = option(16, "older units leave the request in closed blocks of this size")
+    min_closed_tokens: int = option(3000, "do nothing until the closed history holds this many tokens")
+    top_k: int = option(8, "at most this many best-scoring snippets per query (before neighbours)")
+    threshold: float = option(0.62, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
+    neighbours: int = option(1, "turns on each side of a hit injected with it")
+    max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
+    max_snippet_tokens: int = option(1300, "token budget of one memory zone")
+    bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
+    bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
+    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
+    embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
+    max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
+    knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
+    knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
+    max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
+
+    def __post_init__(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
+        if self.recent_turns < 1 or self.block_turns < 1 or self.top_k < 1:
+            raise ValueError("recent_turns, block_turns and top_k must be at least 1")
+
+
+def _is_memory(m: Any) -> bool:
+    return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
+
+
+class Retrieve:
+    name = "retrieve"
+    Config = RetrieveConfig
+
+    def __init__(self, config: RetrieveConfig, deps: RuleDeps) -> None:
+        self.config = config
+        self.deps = deps
+        self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
+        self.cache = EmbeddingCache(self.embedder, deps.store)
+        self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
+        self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
+            if config.knowledge_dir else None
+        self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
+                                   config.max_overlap, config.max_snippet_tokens,
+                                   config.bm25_weight, config.bm25_weight_exact)
+        log.info("retrieve: embedder %s", self.embedder.name)
+
+    def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
+        """Where the raw tail begins: closed blocks end, never past the last user turn."""
+        cfg = self.config
+        head = system_prefix_len(msgs)
+        end = closed_prefix_end(msgs, cfg.recent_turns, cfg.block_turns)
+        lu = last_user_index(msgs)
+        if 0 <= lu < end:
+            end = max([b for b, _ in units(msgs, head) if b <= lu] + [head])
+        if end > head and counter.messages(msgs[head:end]) < cfg.min_closed_tokens:
+            return head
+        return end
+
+    def _index(self, session: str, msgs: list[Any], head: int, cut: int) -> SessionIndex:
+        idx = self.sessions.pop(session, None) or SessionIndex(session, self.cache)
+        self.sessions[session] = idx
+        while len(self.sessions) > self.config.max_sessions:
+            self.sessions.popitem(last=False)
+        idx.sync(chunk_messages(msgs, head, cut, self.config.max_chunk_chars,
+                                (SUMMARY_HEADER, MEMORY_HEADER)))
+        return idx
+
+    def _recall(self, idx: SessionIndex, query: str, visible: str,
+                counter: TokenCounter) -> list[Hit]:
+        embed = self.cache.get
+        hits: list[Hit] = []
+        if idx.chunks:
+            hits = select(idx, fused_scores(idx, query, embed, self.params), visible,
+                          self.params, counter)
+        if self.kb is not None:
+            hits += self.kb.search(query, embed, self.params, counter,
+                                   self.params.max_tokens - sum(counter.text(h.chunk.text) for h in hits))
+        return hits
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        if any(_is_memory(m) for m in ctx.messages):
+            return ctx  # already rewritten: applying twice changes nothing more
+        msgs = list(ctx.messages)
+        counter = TokenCounter(ctx.encoding)
+        lu = last_user_index(msgs)
+        if lu < 0:
+            return ctx
+        head = system_prefix_len(msgs)
+        cut = self._cut(msgs, counter)
+        if cut <= head and self.kb is None:
+            return ctx
+        session = ctx.session_id or fingerprint(msgs[:head + 1])
+        idx = self._index(session, msgs, head, cut)
+        zones = self._zones(ctx.messages, msgs, head, cut, lu, idx, counter)
+        if cut <= head and not zones:
+            return ctx
+        out = self._assemble(ctx.messages, msgs, head, cut, zones)
+        if out == ctx.messages:
+            return ctx
+        last = zones.get(lu)
+        note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
+                "embedder": self.embedder.name, "zones": len(zones),
+                "injected": [f"#{h.chunk.index}" for h in last[1]] if last else [],
+                "scores": [h.score for h in last[1]] if last else []}
+        return ctx.replace(messages=out).with_note(self.name, note)
+
+    def _zones(self, original: list[Any], msgs: list[Any], head: int, cut: int, lu: int,
+               idx: SessionIndex, counter: TokenCounter) -> dict[int, tuple[str, list[Hit]]]:
+        """The memory zone of each user turn of the current block epoch, oldest first.
+
+        A user turn's zone is what was retrieved when it was the last message: same
+        closed prefix (same epoch), same window before it, so it is recomputed
+        byte-identically on later requests and the cached prefix stays valid.
+        """
+        zones: dict[int, tuple[str, list[Hit]]] = {}
+        users = [i for i in range(cut, lu + 1) if msgs[i].get("role") == "user"]
+        if self.config.position == "after_system":
+            users = [lu]
+        for u in users:
+            if u != lu and self._cut(msgs[: u + 1], counter) != cut:
+                continue
+            query = text_of(msgs[u])
+            if is_acknowledgement(query):
+                continue
+            window = [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
+            hits = self._recall(idx, query, "\n".join(window + [query]), counter)
+            if hits:
+                zones[u] = (render(hits), hits)
+        return zones
+
+    def _assemble(self, original: list[Any], msgs: list[Any], head: int, cut: int,
+                  zones: dict[int, tuple[str, list[Hit]]]) -> list[Any]:
+        kept = [m for m in msgs[head:cut] if text_of(m).startswith(SUMMARY_HEADER)]
+        if self.config.position == "after_system":
+            zone = [{"role": "user", "content": z[0]} for z in zones.values()]
+            return list(msgs[:head]) + zone + kept + list(msgs[cut:])
+        out = list(msgs[:head]) + kept
+        for i in range(cut, len(msgs)):
+            if i in zones:
+                out.append({"role": "user", "content": zones[i][0]})
+            out.append(msgs[i])
+        return out
