@@ -146,6 +146,15 @@ class SessionIndex:
         self.vectors: Any = None
         self._bm25: BM25Okapi | None = None
         self._terms: list[list[str]] = []
+        self.last_injected: list[str] | None = None
+
+    def oscillation(self, injected: list[str]) -> float | None:
+        """Share of the injected snippets that were not injected on the previous
+        retrieving turn of this session (None on the first)."""
+        prev, self.last_injected = self.last_injected, (injected or self.last_injected)
+        if not injected or prev is None:
+            return None
+        return round(len(set(injected) - set(prev)) / len(injected), 3)
 
     def sync(self, chunks: list[Chunk]) -> int:
         """Make the index hold exactly ``chunks``; returns how many were new.

@@ -28,6 +28,7 @@ from rules.base import MEMORY_HEADER
 from rules.memory_index import Chunk, SessionIndex
 from rules.query_analysis import bm25_weight, sub_queries, terms
 
+SNIPPET_OVERHEAD = 8  # citation and line framing of one snippet, in tokens
 ZONE_INTRO = "Recalled from earlier in this conversation (#n = original turn number):"
 
 
@@ -100,7 +101,7 @@ def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: Search
         if i in seen or overlap(c.text, visible) > p.max_overlap:
             continue
         seen.add(i)
-        cost = counter.text(c.text) + 8
+        cost = counter.text(c.text) + SNIPPET_OVERHEAD
         if used + cost > p.max_tokens:
             continue
         used += cost

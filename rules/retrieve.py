@@ -1,8 +1,8 @@
 """retrieve: long memory over turns that left the window, injected as one cited zone.
 
 What it does
-    Turns in closed blocks (older than ``recent_turns`` units, closed every
-    ``block_turns`` units, as ``summarize`` aligns them) leave the request and are indexed
+    Turns in closed blocks (older than ``window`` units, closed every
+    ``block`` units, as ``summarize`` aligns them) leave the request and are indexed
     for this session only: one chunk per turn, long tool output cut by records, each
     chunk keeping its turn number, speaker, session/date header and tool name. On a
     substantive user turn (not "thanks"/"ok"/"好的"), a hybrid search (BM25 over
@@ -31,6 +31,7 @@ Risks
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,17 +44,18 @@ from rules.base import (MEMORY_HEADER, SUMMARY_HEADER, RuleDeps, closed_prefix_e
 from rules.embedders import make_embedder
 from rules.knowledge_base import KnowledgeBase
 from rules.memory_index import EmbeddingCache, SessionIndex, chunk_messages
-from rules.memory_search import Hit, SearchParams, fused_scores, render, select
+from rules.memory_search import SNIPPET_OVERHEAD, Hit, SearchParams, fused_scores, render, select
 from rules.query_analysis import is_acknowledgement
 
 log = logging.getLogger("context_engine.retrieve")
 POSITIONS = ("before_last_user", "after_system")
+ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
 
 
 @dataclass(frozen=True)
 class RetrieveConfig:
-    recent_turns: int = option(4, "units (turns) always kept raw at the end of the request")
-    block_turns: int = option(16, "older units leave the request in closed blocks of this size")
+    window: int = option(4, "units (turns) always kept raw at the end of the request")
+    block: int = option(16, "older units leave the request in closed blocks of this size")
     min_closed_tokens: int = option(3000, "do nothing until the closed history holds this many tokens")
     top_k: int = option(8, "at most this many best-scoring snippets per query (before neighbours)")
     threshold: float = option(0.62, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
@@ -72,8 +74,8 @@ class RetrieveConfig:
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:
             raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
-        if self.recent_turns < 1 or self.block_turns < 1 or self.top_k < 1:
-            raise ValueError("recent_turns, block_turns and top_k must be at least 1")
+        if self.window < 1 or self.block < 1 or self.top_k < 1:
+            raise ValueError("window, block and top_k must be at least 1")
 
 
 def _is_memory(m: Any) -> bool:
@@ -101,7 +103,7 @@ class Retrieve:
         """Where the raw tail begins: closed blocks end, never past the last user turn."""
         cfg = self.config
         head = system_prefix_len(msgs)
-        end = closed_prefix_end(msgs, cfg.recent_turns, cfg.block_turns)
+        end = closed_prefix_end(msgs, cfg.window, cfg.block)
         lu = last_user_index(msgs)
         if 0 <= lu < end:
             end = max([b for b, _ in units(msgs, head) if b <= lu] + [head])
@@ -118,16 +120,18 @@ class Retrieve:
                                 (SUMMARY_HEADER, MEMORY_HEADER)))
         return idx
 
-    def _recall(self, idx: SessionIndex, query: str, visible: str,
-                counter: TokenCounter) -> list[Hit]:
+    def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
+                budget: int) -> list[Hit]:
+        if budget <= 0:
+            return []
         embed = self.cache.get
+        params = dataclasses.replace(self.params, max_tokens=budget)
         hits: list[Hit] = []
         if idx.chunks:
-            hits = select(idx, fused_scores(idx, query, embed, self.params), visible,
-                          self.params, counter)
+            hits = select(idx, fused_scores(idx, query, embed, params), visible, params, counter)
         if self.kb is not None:
-            hits += self.kb.search(query, embed, self.params, counter,
-                                   self.params.max_tokens - sum(counter.text(h.chunk.text) for h in hits))
+            used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
+            hits += self.kb.search(query, embed, params, counter, budget - used)
         return hits
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
@@ -144,31 +148,34 @@ class Retrieve:
             return ctx
         session = ctx.session_id or fingerprint(msgs[:head + 1])
         idx = self._index(session, msgs, head, cut)
-        zones = self._zones(ctx.messages, msgs, head, cut, lu, idx, counter)
+        zones = self._zones(msgs, head, cut, lu, idx, counter)
         if cut <= head and not zones:
             return ctx
         out = self._assemble(ctx.messages, msgs, head, cut, zones)
         if out == ctx.messages:
             return ctx
         last = zones.get(lu)
+        injected = [f"{h.chunk.header}#{h.chunk.index}" for h in last[1]] if last else []
         note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
-                "embedder": self.embedder.name, "zones": len(zones),
-                "injected": [f"#{h.chunk.index}" for h in last[1]] if last else [],
-                "scores": [h.score for h in last[1]] if last else []}
+                "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
+                "scores": [h.score for h in last[1]] if last else [],
+                "oscillation": idx.oscillation(injected)}
         return ctx.replace(messages=out).with_note(self.name, note)
 
-    def _zones(self, original: list[Any], msgs: list[Any], head: int, cut: int, lu: int,
-               idx: SessionIndex, counter: TokenCounter) -> dict[int, tuple[str, list[Hit]]]:
+    def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
+               counter: TokenCounter) -> dict[int, tuple[str, list[Hit]]]:
         """The memory zone of each user turn of the current block epoch, oldest first.
 
         A user turn's zone is what was retrieved when it was the last message: same
         closed prefix (same epoch), same window before it, so it is recomputed
-        byte-identically on later requests and the cached prefix stays valid.
+        byte-identically on later requests and the cached prefix stays valid. All zones
+        together never cost more than the history they replace.
         """
         zones: dict[int, tuple[str, list[Hit]]] = {}
         users = [i for i in range(cut, lu + 1) if msgs[i].get("role") == "user"]
         if self.config.position == "after_system":
             users = [lu]
+        left = counter.messages(msgs[head:cut]) if cut > head else self.params.max_tokens
         for u in users:
             if u != lu and self._cut(msgs[: u + 1], counter) != cut:
                 continue
@@ -176,9 +183,11 @@ class Retrieve:
             if is_acknowledgement(query):
                 continue
             window = [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
-            hits = self._recall(idx, query, "\n".join(window + [query]), counter)
+            budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
+            hits = self._recall(idx, query, "\n".join(window), counter, budget)
             if hits:
                 zones[u] = (render(hits), hits)
+                left -= counter.message({"role": "user", "content": zones[u][0]})
         return zones
 
     def _assemble(self, original: list[Any], msgs: list[Any], head: int, cut: int,
