@@ -27,6 +27,7 @@ from rules.base import text_of
 from rules.embedders import Embedder
 from rules.query_analysis import terms
 
+_SPEAKER = re.compile(r"^([A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?):\s")
 _SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")
 
 
@@ -43,6 +44,12 @@ class Chunk:
     @property
     def key(self) -> str:
         return hashlib.sha256(f"{self.header}\x00{self.text}".encode()).hexdigest()[:24]
+
+    @property
+    def speaker(self) -> str:
+        """A named speaker ("Caroline: …") or the role."""
+        found = _SPEAKER.match(self.text)
+        return found.group(1).lower() if found else self.role
 
     @property
     def search_text(self) -> str:
@@ -147,6 +154,7 @@ class SessionIndex:
         self._bm25: BM25Okapi | None = None
         self._terms: list[list[str]] = []
         self.last_injected: list[str] | None = None
+        self._vocab: set[str] | None = None
 
     def oscillation(self, injected: list[str]) -> float | None:
         """Share of the injected snippets that were not injected on the previous
@@ -177,7 +185,14 @@ class SessionIndex:
         self.keys |= {c.key for c in new}
         self._terms = self._terms + [terms(c.search_text) or ["\x00"] for c in new]
         self._bm25 = None
+        self._vocab = None
         return len(new)
+
+    @property
+    def vocabulary(self) -> set[str]:
+        if self._vocab is None:
+            self._vocab = {t for doc in self._terms for t in doc}
+        return self._vocab
 
     def bm25_scores(self, query_terms: list[str]) -> np.ndarray:
         if not self.chunks or not query_terms:

@@ -41,6 +41,7 @@ class SearchParams:
     max_tokens: int
     bm25_weight: float
     bm25_weight_exact: float
+    speaker_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,17 @@ def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -
         w = bm25_weight(q, p.bm25_weight, p.bm25_weight_exact)
         fused = w * _minmax(index.bm25_scores(terms(q))) + (1 - w) * _minmax(index.dense_scores(vec))
         best = np.maximum(best, fused)
-    return best
+    return best * _speaker_factor(index, query, p.speaker_weight)
+
+
+def _speaker_factor(index: SessionIndex, query: str, weight: float) -> np.ndarray:
+    """Entity link: when the query names a speaker, other speakers' turns weigh less."""
+    words = set(query.lower().replace("'s", " ").split())
+    speakers = {c.speaker for c in index.chunks}
+    named = {s for s in speakers if s in words or s.split(" ")[0] in words}
+    if not named or weight >= 1.0:
+        return np.ones(len(index.chunks))
+    return np.array([1.0 if c.speaker in named else weight for c in index.chunks])
 
 
 def bigrams(text: str) -> set[tuple[str, str]]:

@@ -60,10 +60,33 @@ def is_acknowledgement(text: str) -> bool:
     return len(words) <= 8 and all(w in _ACK_WORDS for w in words)
 
 
+_ASK = re.compile(
+    r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
+    r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
+    r"\b(remember|remind me|last time|earlier|before|previously|again)\b|"
+    r"吗|什么|多少|哪|几|怎么|谁|何时|记得|之前|上次",
+    re.IGNORECASE,
+)
+
+
+def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
+    """A turn needs memory when it asks something (a question, a recall cue, an id) and
+    names at least one term that the visible window lacks and the memory holds."""
+    if is_acknowledgement(query):
+        return False
+    asks = [s for s in re.split(r"(?<=[.!?？。！])\s+", query) if _ASK.search(s)]
+    exact = _ID.findall(query) + [m.group(0) for m in _DATE.finditer(query)]
+    novel = {t for s in asks + exact for t in terms(s) if t in memory_terms and t not in visible_terms}
+    return bool(novel)
+
+
 def _stem(word: str) -> str:
     for suffix in ("ing", "ed", "es", "s"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
+            word = word[: -len(suffix)]
+            if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2]:
+                word = word[:-1]  # running -> run
+            return word
     return word
 
 
@@ -83,6 +106,9 @@ def _terms(text: str) -> tuple[str, ...]:
         if not word or word in _STOP:
             continue
         out.append(_stem(word) if word.isalpha() else word)
+        if "-" in word and not any(c.isdigit() for c in word):  # de-stress: de, stress, destress
+            out += [_stem(w) for w in word.split("-") if w and w not in _STOP]
+            out[-1 - sum(1 for w in word.split("-") if w and w not in _STOP)] = _stem(word.replace("-", ""))
     return tuple(out)
 
 

@@ -45,7 +45,7 @@ from rules.embedders import make_embedder
 from rules.knowledge_base import KnowledgeBase
 from rules.memory_index import EmbeddingCache, SessionIndex, chunk_messages
 from rules.memory_search import SNIPPET_OVERHEAD, Hit, SearchParams, fused_scores, render, select
-from rules.query_analysis import is_acknowledgement
+from rules.query_analysis import asks_for_memory, is_acknowledgement, terms
 
 log = logging.getLogger("context_engine.retrieve")
 POSITIONS = ("before_last_user", "after_system")
@@ -64,6 +64,8 @@ class RetrieveConfig:
     max_snippet_tokens: int = option(1300, "token budget of one memory zone")
     bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
+    speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
+    gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
     embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
     max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
@@ -74,6 +76,8 @@ class RetrieveConfig:
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:
             raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
+        if self.gate not in ("auto", "always"):
+            raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:
             raise ValueError("window, block and top_k must be at least 1")
 
@@ -96,7 +100,8 @@ class Retrieve:
             if config.knowledge_dir else None
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
                                    config.max_overlap, config.max_snippet_tokens,
-                                   config.bm25_weight, config.bm25_weight_exact)
+                                   config.bm25_weight, config.bm25_weight_exact,
+                                   config.speaker_weight)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
@@ -119,6 +124,12 @@ class Retrieve:
         idx.sync(chunk_messages(msgs, head, cut, self.config.max_chunk_chars,
                                 (SUMMARY_HEADER, MEMORY_HEADER)))
         return idx
+
+    def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
+        if self.config.gate == "always" or self.kb is not None:
+            return not is_acknowledgement(query)
+        visible = {t for text in window for t in terms(text)}
+        return asks_for_memory(query, visible, idx.vocabulary)
 
     def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
                 budget: int) -> list[Hit]:
@@ -180,9 +191,9 @@ class Retrieve:
             if u != lu and self._cut(msgs[: u + 1], counter) != cut:
                 continue
             query = text_of(msgs[u])
-            if is_acknowledgement(query):
-                continue
             window = [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
+            if not self._needs_memory(query, window, idx):
+                continue
             budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
             hits = self._recall(idx, query, "\n".join(window), counter, budget)
             if hits:
