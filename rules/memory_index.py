@@ -97,8 +97,9 @@ def _call_text(m: dict[str, Any]) -> str:
 
 
 def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: int,
-                   skip_prefixes: tuple[str, ...] = ()) -> list[Chunk]:
-    """Chunks of ``messages[start:end]``; the header in force is tracked from index 0."""
+                   skip_prefixes: tuple[str, ...] = (), keep: frozenset[int] = frozenset()
+                   ) -> list[Chunk]:
+    """Chunks of ``messages[start:end]`` but ``keep``; headers are tracked from index 0."""
     names = _tool_names(messages[:end])
     header, out = "", []
     for i, m in enumerate(messages[:end]):
@@ -106,7 +107,7 @@ def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: i
         found = _SESSION.match(text)
         if found:
             header = f"[{found.group(1)}]"
-        if i < start or not text.strip() or text.startswith(skip_prefixes):
+        if i < start or i in keep or not text.strip() or text.startswith(skip_prefixes):
             continue
         body = text[found.end():] if found else text
         tool = names.get(str(m.get("tool_call_id", "")), "") if m.get("role") == "tool" else ""

@@ -42,6 +42,7 @@ class SearchParams:
     bm25_weight: float
     bm25_weight_exact: float
     speaker_weight: float = 1.0
+    fusion: str = "minmax"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,16 @@ def _minmax(x: np.ndarray) -> np.ndarray:
     return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
 
 
+RRF_K = 60
+
+
+def _rrf(x: np.ndarray) -> np.ndarray:
+    """Reciprocal rank 1 / (k + rank), ties broken by position."""
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[np.lexsort((np.arange(len(x)), -x))] = np.arange(1, len(x) + 1)
+    return 1.0 / (RRF_K + ranks)
+
+
 def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -> np.ndarray:
     """Best fused score of each chunk over the query and its parts."""
     best = np.zeros(len(index.chunks), dtype=np.float64)
@@ -64,7 +75,11 @@ def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -
     vecs = embed(queries)
     for q, vec in zip(queries, vecs):
         w = bm25_weight(q, p.bm25_weight, p.bm25_weight_exact)
-        fused = w * _minmax(index.bm25_scores(terms(q))) + (1 - w) * _minmax(index.dense_scores(vec))
+        bm, dense = index.bm25_scores(terms(q)), index.dense_scores(vec)
+        if p.fusion == "rrf":
+            fused = (w * _rrf(bm) + (1 - w) * _rrf(dense)) * (RRF_K + 1)
+        else:
+            fused = w * _minmax(bm) + (1 - w) * _minmax(dense)
         best = np.maximum(best, fused)
     return best * _speaker_factor(index, query, p.speaker_weight)
 
@@ -117,6 +132,8 @@ def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: Search
             continue
         used += cost
         hits.append(Hit(c, round(float(scores[i]), 4)))
+    while hits and counter.text(render(hits)) > p.max_tokens:
+        hits.pop()  # headers and citations pushed the zone over budget: drop the lowest rank
     return hits
 
 

@@ -54,20 +54,23 @@ ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
 
 @dataclass(frozen=True)
 class RetrieveConfig:
-    window: int = option(4, "units (turns) always kept raw at the end of the request")
-    block: int = option(16, "older units leave the request in closed blocks of this size")
-    min_closed_tokens: int = option(3000, "do nothing until the closed history holds this many tokens")
-    top_k: int = option(8, "at most this many best-scoring snippets per query (before neighbours)")
-    threshold: float = option(0.62, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
+    window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
+    block: int = option(8, "older units leave the request in closed blocks of this size")
+    min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
+    min_drop_ratio: float = option(2.0, "…and at least this many times the tokens that stay (the uncached rest)")
+    top_k: int = option(24, "at most this many best-scoring snippets per query (before neighbours)")
+    threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
     neighbours: int = option(1, "turns on each side of a hit injected with it")
     max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
     max_snippet_tokens: int = option(1300, "token budget of one memory zone")
     bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
     speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
+    fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
     gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
     embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
+    keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
     max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
     knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
     knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
@@ -101,7 +104,7 @@ class Retrieve:
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
                                    config.max_overlap, config.max_snippet_tokens,
                                    config.bm25_weight, config.bm25_weight_exact,
-                                   config.speaker_weight)
+                                   config.speaker_weight, config.fusion)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
@@ -112,17 +115,29 @@ class Retrieve:
         lu = last_user_index(msgs)
         if 0 <= lu < end:
             end = max([b for b, _ in units(msgs, head) if b <= lu] + [head])
-        if end > head and counter.messages(msgs[head:end]) < cfg.min_closed_tokens:
+        keep = self._kept(msgs, head, end)
+        leaving = counter.messages([msgs[i] for i in range(head, end) if i not in keep])
+        staying = counter.messages(msgs) - leaving
+        if leaving < cfg.min_closed_tokens or leaving < cfg.min_drop_ratio * staying:
             return head
         return end
 
-    def _index(self, session: str, msgs: list[Any], head: int, cut: int) -> SessionIndex:
+    def _kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
+        """Closed-prefix messages that stay: summaries, and tool-call units if configured."""
+        keep = {i for i in range(head, cut) if text_of(msgs[i]).startswith(SUMMARY_HEADER)}
+        if self.config.keep_tool_units:
+            keep |= {i for b, e in units(msgs[:cut], head) if msgs[b].get("tool_calls")
+                     for i in range(b, e)}
+        return frozenset(keep)
+
+    def _index(self, session: str, msgs: list[Any], head: int, cut: int,
+               keep: frozenset[int]) -> SessionIndex:
         idx = self.sessions.pop(session, None) or SessionIndex(session, self.cache)
         self.sessions[session] = idx
         while len(self.sessions) > self.config.max_sessions:
             self.sessions.popitem(last=False)
         idx.sync(chunk_messages(msgs, head, cut, self.config.max_chunk_chars,
-                                (SUMMARY_HEADER, MEMORY_HEADER)))
+                                (SUMMARY_HEADER, MEMORY_HEADER), keep))
         return idx
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
@@ -158,11 +173,12 @@ class Retrieve:
         if cut <= head and self.kb is None:
             return ctx
         session = ctx.session_id or fingerprint(msgs[:head + 1])
-        idx = self._index(session, msgs, head, cut)
-        zones = self._zones(msgs, head, cut, lu, idx, counter)
+        keep = self._kept(msgs, head, cut)
+        idx = self._index(session, msgs, head, cut, keep)
+        zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
         if cut <= head and not zones:
             return ctx
-        out = self._assemble(ctx.messages, msgs, head, cut, zones)
+        out = self._assemble(msgs, head, cut, zones, keep)
         if out == ctx.messages:
             return ctx
         last = zones.get(lu)
@@ -174,7 +190,7 @@ class Retrieve:
         return ctx.replace(messages=out).with_note(self.name, note)
 
     def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
-               counter: TokenCounter) -> dict[int, tuple[str, list[Hit]]]:
+               counter: TokenCounter, keep: frozenset[int]) -> dict[int, tuple[str, list[Hit]]]:
         """The memory zone of each user turn of the current block epoch, oldest first.
 
         A user turn's zone is what was retrieved when it was the last message: same
@@ -186,12 +202,14 @@ class Retrieve:
         users = [i for i in range(cut, lu + 1) if msgs[i].get("role") == "user"]
         if self.config.position == "after_system":
             users = [lu]
-        left = counter.messages(msgs[head:cut]) if cut > head else self.params.max_tokens
+        dropped = [msgs[i] for i in range(head, cut) if i not in keep]
+        left = counter.messages(dropped) if dropped else self.params.max_tokens
+        kept_text = [text_of(msgs[i]) for i in sorted(keep)]
         for u in users:
             if u != lu and self._cut(msgs[: u + 1], counter) != cut:
                 continue
             query = text_of(msgs[u])
-            window = [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
+            window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
             if not self._needs_memory(query, window, idx):
                 continue
             budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
@@ -201,9 +219,9 @@ class Retrieve:
                 left -= counter.message({"role": "user", "content": zones[u][0]})
         return zones
 
-    def _assemble(self, original: list[Any], msgs: list[Any], head: int, cut: int,
-                  zones: dict[int, tuple[str, list[Hit]]]) -> list[Any]:
-        kept = [m for m in msgs[head:cut] if text_of(m).startswith(SUMMARY_HEADER)]
+    def _assemble(self, msgs: list[Any], head: int, cut: int,
+                  zones: dict[int, tuple[str, list[Hit]]], keep: frozenset[int]) -> list[Any]:
+        kept = [msgs[i] for i in sorted(keep)]
         if self.config.position == "after_system":
             zone = [{"role": "user", "content": z[0]} for z in zones.values()]
             return list(msgs[:head]) + zone + kept + list(msgs[cut:])
