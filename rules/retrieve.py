@@ -39,7 +39,7 @@ from typing import Any
 
 from proxy.context import RequestContext
 from proxy.tokens import TokenCounter
-from rules.base import (MEMORY_HEADER, SUMMARY_HEADER, RuleDeps, closed_prefix_end, fingerprint,
+from rules.base import (MEMORY_HEADER, SUMMARY_HEADER, RuleDeps, closed_block_count, fingerprint,
                         last_user_index, option, system_prefix_len, text_of, units)
 from rules.embedders import make_embedder
 from rules.knowledge_base import KnowledgeBase
@@ -57,7 +57,7 @@ class RetrieveConfig:
     window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
     block: int = option(8, "older units leave the request in closed blocks of this size")
     min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
-    min_drop_ratio: float = option(2.0, "…and at least this many times the tokens that stay (the uncached rest)")
+    min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
     top_k: int = option(24, "at most this many best-scoring snippets per query (before neighbours)")
     threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
     neighbours: int = option(1, "turns on each side of a hit injected with it")
@@ -108,19 +108,32 @@ class Retrieve:
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
-        """Where the raw tail begins: closed blocks end, never past the last user turn."""
+        """Where the raw tail begins: the latest block boundary whose drop pays off.
+
+        Never past the last user turn. A boundary is taken when the turns that leave hold
+        ``min_closed_tokens`` and ``min_drop_ratio`` times what stays uncached (system +
+        the next ``window`` units); if the newest fails, the one before is tried, so a
+        prefix that was dropped once stays dropped (no flip-flop of the cached prefix).
+        """
         cfg = self.config
         head = system_prefix_len(msgs)
-        end = closed_prefix_end(msgs, cfg.window, cfg.block)
+        spans = units(msgs, head)
         lu = last_user_index(msgs)
-        if 0 <= lu < end:
-            end = max([b for b, _ in units(msgs, head) if b <= lu] + [head])
+        closed = closed_block_count(len(spans), cfg.window, cfg.block)
+        for k in range(closed, 0, -1):
+            end = spans[k * cfg.block - 1][1]
+            if 0 <= lu < end:
+                end = max([b for b, _ in spans if b <= lu] + [head])
+            if end > head and self._pays_off(msgs, head, end, counter):
+                return end
+        return head
+
+    def _pays_off(self, msgs: list[Any], head: int, end: int, counter: TokenCounter) -> bool:
         keep = self._kept(msgs, head, end)
         leaving = counter.messages([msgs[i] for i in range(head, end) if i not in keep])
-        staying = counter.messages(msgs) - leaving
-        if leaving < cfg.min_closed_tokens or leaving < cfg.min_drop_ratio * staying:
-            return head
-        return end
+        after = units(msgs, end)[: self.config.window]
+        staying = counter.messages(msgs[:head] + msgs[end:after[-1][1] if after else end])
+        return leaving >= max(self.config.min_closed_tokens, self.config.min_drop_ratio * staying)
 
     def _kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
         """Closed-prefix messages that stay: summaries, and tool-call units if configured."""
