@@ -43,6 +43,7 @@ class SearchParams:
     bm25_weight_exact: float
     speaker_weight: float = 1.0
     fusion: str = "minmax"
+    expansion: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,22 @@ def _rrf(x: np.ndarray) -> np.ndarray:
 
 
 def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -> np.ndarray:
-    """Best fused score of each chunk over the query and its parts."""
+    """Best fused score of each chunk over the query, its parts and (``expansion`` > 0)
+    a second pass with the rare terms of the three best chunks, weighted by ``expansion``."""
+    best = _fuse(index, sub_queries(query), embed, p)
+    if p.expansion <= 0 or len(best) < 4:
+        return best * _speaker_factor(index, query, p.speaker_weight)
+    top = sorted(range(len(best)), key=lambda i: (-best[i], i))[:3]
+    asked = set(terms(query))
+    extra = sorted({t for i in top for t in terms(index.chunks[i].text) if t not in asked and len(t) > 3})
+    if extra:
+        again = _fuse(index, [query + " " + " ".join(extra)], embed, p)
+        best = np.maximum(best, p.expansion * again)
+    return best * _speaker_factor(index, query, p.speaker_weight)
+
+
+def _fuse(index: SessionIndex, queries: list[str], embed: Any, p: SearchParams) -> np.ndarray:
     best = np.zeros(len(index.chunks), dtype=np.float64)
-    queries = sub_queries(query)
     vecs = embed(queries)
     for q, vec in zip(queries, vecs):
         w = bm25_weight(q, p.bm25_weight, p.bm25_weight_exact)
@@ -81,7 +95,7 @@ def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -
         else:
             fused = w * _minmax(bm) + (1 - w) * _minmax(dense)
         best = np.maximum(best, fused)
-    return best * _speaker_factor(index, query, p.speaker_weight)
+    return best
 
 
 def _speaker_factor(index: SessionIndex, query: str, weight: float) -> np.ndarray:

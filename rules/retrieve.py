@@ -67,6 +67,7 @@ class RetrieveConfig:
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
     speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
     fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
+    expansion: float = option(0.0, "weight of a second pass with rare terms of the best hits (0 = off)")
     gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
     embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
@@ -104,7 +105,7 @@ class Retrieve:
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
                                    config.max_overlap, config.max_snippet_tokens,
                                    config.bm25_weight, config.bm25_weight_exact,
-                                   config.speaker_weight, config.fusion)
+                                   config.speaker_weight, config.fusion, config.expansion)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:

@@ -291,12 +291,13 @@ def conversations(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations())
-def test_properties(msgs):
+@given(conversations(), st.booleans(), st.sampled_from(["before_last_user", "after_system"]))
+def test_properties(msgs, keep_tools, position):
     deps = make_deps(extra={"embedder": HashingEmbedder()})
-    out = run_rule(Retrieve, msgs, deps=deps, **{**SMALL, "threshold": 0.0})
+    opts = {**SMALL, "threshold": 0.0, "keep_tool_units": keep_tools, "position": position}
+    out = run_rule(Retrieve, msgs, deps=deps, **opts)
     assert_valid_rewrite(msgs, out)
     assert out.messages[0] == msgs[0]
     assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
-    again = asyncio.run(Retrieve(RetrieveConfig(**{**SMALL, "threshold": 0.0}), deps).apply(out))
+    again = asyncio.run(Retrieve(RetrieveConfig(**opts), deps).apply(out))
     assert again.messages == out.messages
