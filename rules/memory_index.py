@@ -40,6 +40,7 @@ class Chunk:
     text: str
     header: str = ""  # session/date header in force at that turn
     tool: str = ""
+    context: str = ""  # the end of the previous turn: what a reply is about (search only)
 
     @property
     def key(self) -> str:
@@ -53,7 +54,7 @@ class Chunk:
 
     @property
     def search_text(self) -> str:
-        return f"{self.header} {self.text}".strip()
+        return " ".join(p for p in (self.header, self.context, self.text) if p)
 
 
 def _tool_names(messages: list[Any]) -> dict[str, str]:
@@ -97,22 +98,24 @@ def _call_text(m: dict[str, Any]) -> str:
 
 
 def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: int,
-                   skip_prefixes: tuple[str, ...] = (), keep: frozenset[int] = frozenset()
-                   ) -> list[Chunk]:
+                   skip_prefixes: tuple[str, ...] = (), keep: frozenset[int] = frozenset(),
+                   context_chars: int = 0) -> list[Chunk]:
     """Chunks of ``messages[start:end]`` but ``keep``; headers are tracked from index 0."""
     names = _tool_names(messages[:end])
-    header, out = "", []
+    header, out, prev = "", [], ""
     for i, m in enumerate(messages[:end]):
         text = _call_text(m) if m.get("role") == "assistant" else text_of(m)
         found = _SESSION.match(text)
         if found:
-            header = f"[{found.group(1)}]"
+            header, prev = f"[{found.group(1)}]", ""
+        context = prev[-context_chars:] if context_chars > 0 else ""
+        prev = text[found.end():] if found else text
         if i < start or i in keep or not text.strip() or text.startswith(skip_prefixes):
             continue
         body = text[found.end():] if found else text
         tool = names.get(str(m.get("tool_call_id", "")), "") if m.get("role") == "tool" else ""
         for piece in _records(body, max_chunk_chars):
-            out.append(Chunk(i, str(m.get("role", "")), piece, header, tool))
+            out.append(Chunk(i, str(m.get("role", "")), piece, header, tool, context))
     return out
 
 
