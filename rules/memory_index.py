@@ -97,23 +97,37 @@ def _call_text(m: dict[str, Any]) -> str:
     return "\n".join([text_of(m)] * bool(text_of(m)) + calls)
 
 
+def _context(texts: list[str], i: int, chars: int) -> str:
+    """The end of the turn before and the start of the turn after, within one session."""
+    if chars <= 0:
+        return ""
+    before = texts[i - 1][-chars:] if i > 0 and not _SESSION.match(texts[i]) else ""
+    after = texts[i + 1][:chars] if i + 1 < len(texts) and not _SESSION.match(texts[i + 1]) else ""
+    return " ".join(p for p in (_SESSION.sub("", before), after) if p)
+
+
 def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: int,
                    skip_prefixes: tuple[str, ...] = (), keep: frozenset[int] = frozenset(),
                    context_chars: int = 0) -> list[Chunk]:
-    """Chunks of ``messages[start:end]`` but ``keep``; headers are tracked from index 0."""
+    """Chunks of ``messages[start:end]`` but ``keep``; headers are tracked from index 0.
+
+    With ``context_chars``, each chunk is searched together with the neighbouring turns'
+    edges (a reply is about the turn before it); the snippet shows only its own text.
+    """
     names = _tool_names(messages[:end])
-    header, out, prev = "", [], ""
+    texts = [_call_text(m) if m.get("role") == "assistant" else text_of(m)
+             for m in messages[: end + 1]]
+    header, out = "", []
     for i, m in enumerate(messages[:end]):
-        text = _call_text(m) if m.get("role") == "assistant" else text_of(m)
+        text = texts[i]
         found = _SESSION.match(text)
         if found:
-            header, prev = f"[{found.group(1)}]", ""
-        context = prev[-context_chars:] if context_chars > 0 else ""
-        prev = text[found.end():] if found else text
+            header = f"[{found.group(1)}]"
         if i < start or i in keep or not text.strip() or text.startswith(skip_prefixes):
             continue
         body = text[found.end():] if found else text
         tool = names.get(str(m.get("tool_call_id", "")), "") if m.get("role") == "tool" else ""
+        context = _context(texts, i, context_chars)
         for piece in _records(body, max_chunk_chars):
             out.append(Chunk(i, str(m.get("role", "")), piece, header, tool, context))
     return out

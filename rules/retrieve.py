@@ -72,7 +72,7 @@ class RetrieveConfig:
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
     embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
     keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
-    context_chars: int = option(0, "characters of the previous turn searched with each turn (0 = off)")
+    context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
     max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
     knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
     knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
