@@ -69,7 +69,7 @@ def minilm_dir() -> str | None:
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None
-    folder = os.path.join(list(spec.submodule_search_locations)[0], "model")
+    folder = os.path.join(next(iter(spec.submodule_search_locations)), "model")
     return folder if os.path.isfile(os.path.join(folder, "model.safetensors")) else None
 
 

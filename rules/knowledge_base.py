@@ -22,8 +22,9 @@ import datetime as dt
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import yaml
@@ -49,7 +50,7 @@ def _read(path: str) -> Document | None:
     with open(path, encoding="utf-8") as fh:
         raw = fh.read()
     if path.endswith((".md", ".markdown")):
-        found = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", raw, re.S)
+        found = re.match(r"^---\s*\n(.*?)\n---\s*\n?(.*)$", raw, re.DOTALL)
         meta = yaml.safe_load(found.group(1)) if found else {}
         return Document(path, meta if isinstance(meta, dict) else {}, found.group(2) if found else raw)
     data = json.loads(raw) if path.endswith(".json") else yaml.safe_load(raw)

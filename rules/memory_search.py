@@ -18,6 +18,7 @@ header, each citing its turn number, speaker and tool.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +111,7 @@ def _speaker_factor(index: SessionIndex, query: str, weight: float) -> np.ndarra
 
 def bigrams(text: str) -> set[tuple[str, str]]:
     words = terms(text)
-    return set(zip(words, words[1:])) if len(words) > 1 else {(w, "") for w in words}
+    return set(itertools.pairwise(words)) if len(words) > 1 else {(w, "") for w in words}
 
 
 def overlap(text: str, visible: set[tuple[str, str]]) -> float:

@@ -39,8 +39,18 @@ from typing import Any
 
 from proxy.context import RequestContext
 from proxy.tokens import TokenCounter
-from rules.base import (MEMORY_HEADER, SUMMARY_HEADER, RuleDeps, closed_block_count, fingerprint,
-                        last_user_index, option, system_prefix_len, text_of, units)
+from rules.base import (
+    MEMORY_HEADER,
+    SUMMARY_HEADER,
+    RuleDeps,
+    closed_block_count,
+    fingerprint,
+    last_user_index,
+    option,
+    system_prefix_len,
+    text_of,
+    units,
+)
 from rules.embedders import make_embedder
 from rules.knowledge_base import KnowledgeBase
 from rules.memory_index import EmbeddingCache, SessionIndex, chunk_messages

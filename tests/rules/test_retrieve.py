@@ -4,6 +4,8 @@ indexing, cross-session isolation, determinism, cache stability and properties."
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import itertools
 import json
 from pathlib import Path
 
@@ -13,7 +15,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.store import MemoryStore
 from proxy.tokens import TokenCounter
 from rules.base import MEMORY_HEADER, text_of
 from rules.embedders import HashingEmbedder, make_embedder, minilm_dir
@@ -33,15 +34,14 @@ FILLER = [
     "My cousin is learning to play the violin and practices every night.",
     "The bakery on the corner started selling sourdough with olives.",
     "Traffic on the ring road was terrible because of the roadworks.",
-    "I finally repainted the kitchen cabinets a pale shade of green.",
 ]
 
 
 def chat(facts: dict[int, str], n_pairs: int, question: str) -> list[dict]:
     msgs = [{"role": "system", "content": "You are a helpful assistant."}]
     for i in range(n_pairs):
-        msgs.append({"role": "user", "content": facts.get(i, FILLER[i % len(FILLER)] + f" ({i})")})
-        msgs.append({"role": "assistant", "content": f"Noted, thanks for sharing that ({i})."})
+        msgs += [{"role": "user", "content": facts.get(i, FILLER[i % len(FILLER)] + f" ({i})")},
+                 {"role": "assistant", "content": f"Noted, thanks for sharing that ({i})."}]
     msgs.append({"role": "user", "content": question})
     return msgs
 
@@ -129,7 +129,7 @@ def test_recalls_a_fact_that_left_the_window_and_cites_it():
     assert len(zone) == 1 and "#3 user: My passport number is X99812" in zone[0]
     assert out.messages[-2]["content"] == zone[0] and out.messages[-1] == msgs[-1]
     assert COUNTER.messages(out.messages) < COUNTER.messages(msgs)
-    assert out.notes["retrieve"]["injected"] == ["#3"] or "#3" in out.notes["retrieve"]["injected"]
+    assert "#3" in out.notes["retrieve"]["injected"]
 
 
 def test_nothing_changes_below_min_closed_tokens():
@@ -139,7 +139,7 @@ def test_nothing_changes_below_min_closed_tokens():
 
 
 def test_zone_budget_is_respected():
-    facts = {i: f"Order ORD-{i:04d} shipped to warehouse {i}." for i in range(0, 40)}
+    facts = {i: f"Order ORD-{i:04d} shipped to warehouse {i}." for i in range(40)}
     msgs = chat(facts, 40, "Which warehouse got order ORD-0007 and ORD-0008?")
     out = run_rule(Retrieve, msgs, **{**SMALL, "max_snippet_tokens": 60, "threshold": 0.0})
     zone = memory_of(out.messages)[0]
@@ -155,7 +155,7 @@ def test_zone_of_an_earlier_turn_stays_byte_identical_within_a_block():
     r = rule(window=2, block=8)
     outs = [apply(r, full[:end]).messages for end in range(len(full) - 16, len(full) + 1)
             if full[end - 1]["role"] == "user"]
-    stable = sum(b[: len(a)] == a for a, b in zip(outs, outs[1:]))
+    stable = sum(b[: len(a)] == a for a, b in itertools.pairwise(outs))
     zoned = sum(len(memory_of(o)) for o in outs)
     assert stable >= len(outs) - 3 and zoned >= 4  # only block boundaries change the prefix
 
@@ -168,14 +168,12 @@ def doc(path, content, **meta):
 
 
 def test_expired_and_future_documents_are_filtered():
-    import datetime as dt
     docs = [doc("a.md", "old", valid_to="2023-12-31"), doc("b.md", "now", valid_from="2024-01-01"),
             doc("c.md", "future", valid_from="2030-01-01")]
     assert [d.path for d in valid_documents(docs, dt.date(2024, 6, 1))] == ["b.md"]
 
 
 def test_conflict_group_keeps_highest_priority_then_newest():
-    import datetime as dt
     docs = [doc("a.md", "v1", conflict_group="refund", source_priority=1, valid_from="2024-01-01"),
             doc("b.md", "v2", conflict_group="refund", source_priority=2, valid_from="2023-01-01"),
             doc("c.md", "v3", conflict_group="refund", source_priority=2, valid_from="2024-02-01"),
