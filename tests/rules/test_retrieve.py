@@ -27,7 +27,6 @@ from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "retrieve.yaml").read_text())
 COUNTER = TokenCounter("o200k_base")
 SMALL = {"window": 2, "block": 2, "min_closed_tokens": 0, "embedder": "hashing"}
-
 FILLER = [
     "The weather was grey all week and the garden needs water again.",
     "We watched a long film about deep sea creatures on Sunday evening.",
