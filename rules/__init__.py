@@ -10,6 +10,7 @@ from typing import Any
 
 from rules.budget import Budget
 from rules.fold_duplicates import FoldDuplicates
+from rules.retrieve import Retrieve
 from rules.summarize import Summarize
 from rules.tool_json import ToolJson
 from rules.zones import Zones
@@ -18,6 +19,7 @@ REGISTRY: dict[str, type[Any]] = {
     "fold_duplicates": FoldDuplicates,
     "tool_json": ToolJson,
     "summarize": Summarize,
+    "retrieve": Retrieve,
     "zones": Zones,
     "budget": Budget,
 }

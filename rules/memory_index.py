@@ -1,0 +1,228 @@
+"""Per-session long memory: chunks with provenance, incremental BM25 + faiss indexes.
+
+- ``chunk_messages``: one chunk per turn; a long tool result is cut by records (lines or
+  JSON array items) into pieces of at most ``max_chunk_chars``. Each chunk keeps its
+  provenance: message index, role, the session/date header in force ("[Session 3, 1:14
+  pm on 25 May, 2023]") and the tool name, so an injected snippet carries time and source.
+- ``EmbeddingCache``: a chunk is embedded once, stored in the store under the hash of
+  its text and the embedder name, and never recomputed (across sessions and restarts).
+- ``SessionIndex``: one session's chunks. Appending only embeds chunks it has not seen;
+  BM25 (rank-bm25) is rebuilt lazily, only when the chunk set changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import faiss
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+from proxy.store import Store
+from rules.base import text_of
+from rules.embedders import Embedder
+from rules.query_analysis import terms
+
+_SPEAKER = re.compile(r"^([A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?):\s")
+_SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One retrievable piece of history with where it came from."""
+
+    index: int  # message index in the request it was cut from
+    role: str
+    text: str
+    header: str = ""  # session/date header in force at that turn
+    tool: str = ""
+    context: str = ""  # the end of the previous turn: what a reply is about (search only)
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.header}\x00{self.text}".encode()).hexdigest()[:24]
+
+    @property
+    def speaker(self) -> str:
+        """A named speaker ("Caroline: …") or the role."""
+        found = _SPEAKER.match(self.text)
+        return found.group(1).lower() if found else self.role
+
+    @property
+    def search_text(self) -> str:
+        return " ".join(p for p in (self.header, self.context, self.text) if p)
+
+
+def _tool_names(messages: list[Any]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for m in messages:
+        for call in m.get("tool_calls") or ():
+            names[str(call.get("id", ""))] = str((call.get("function") or {}).get("name", ""))
+    return names
+
+
+def _records(text: str, limit: int) -> list[str]:
+    """Cut a long tool output into pieces at record boundaries."""
+    if len(text) <= limit:
+        return [text]
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, list):
+        items = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in data]
+    elif isinstance(data, dict):
+        items = [json.dumps({k: v}, ensure_ascii=False, separators=(",", ":")) for k, v in data.items()]
+    else:
+        items = text.split("\n")
+    pieces, cur = [], ""
+    for item in items:
+        while len(item) > limit:
+            pieces, cur = pieces + ([cur] if cur else []) + [item[:limit]], ""
+            item = item[limit:]
+        if cur and len(cur) + len(item) + 1 > limit:
+            pieces.append(cur)
+            cur = ""
+        cur = f"{cur}\n{item}" if cur else item
+    return pieces + ([cur] if cur else [])
+
+
+def _call_text(m: dict[str, Any]) -> str:
+    calls = [f"{(c.get('function') or {}).get('name', '')}({(c.get('function') or {}).get('arguments', '')})"
+             for c in m.get("tool_calls") or ()]
+    return "\n".join([text_of(m)] * bool(text_of(m)) + calls)
+
+
+def _context(texts: list[str], i: int, chars: int) -> str:
+    """The end of the turn before and the start of the turn after, within one session."""
+    if chars <= 0:
+        return ""
+    before = texts[i - 1][-chars:] if i > 0 and not _SESSION.match(texts[i]) else ""
+    after = texts[i + 1][:chars] if i + 1 < len(texts) and not _SESSION.match(texts[i + 1]) else ""
+    return " ".join(p for p in (_SESSION.sub("", before), after) if p)
+
+
+def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: int,
+                   skip_prefixes: tuple[str, ...] = (), keep: frozenset[int] = frozenset(),
+                   context_chars: int = 0) -> list[Chunk]:
+    """Chunks of ``messages[start:end]`` but ``keep``; headers are tracked from index 0.
+
+    With ``context_chars``, each chunk is searched together with the neighbouring turns'
+    edges (a reply is about the turn before it); the snippet shows only its own text.
+    """
+    names = _tool_names(messages[:end])
+    texts = [_call_text(m) if m.get("role") == "assistant" else text_of(m)
+             for m in messages[: end + 1]]
+    header, out = "", []
+    for i, m in enumerate(messages[:end]):
+        text = texts[i]
+        found = _SESSION.match(text)
+        if found:
+            header = f"[{found.group(1)}]"
+        if i < start or i in keep or not text.strip() or text.startswith(skip_prefixes):
+            continue
+        body = text[found.end():] if found else text
+        tool = names.get(str(m.get("tool_call_id", "")), "") if m.get("role") == "tool" else ""
+        context = _context(texts, i, context_chars)
+        for piece in _records(body, max_chunk_chars):
+            out.append(Chunk(i, str(m.get("role", "")), piece, header, tool, context))
+    return out
+
+
+class EmbeddingCache:
+    """Embeddings stored under the hash of (embedder, text): computed once, ever."""
+
+    def __init__(self, embedder: Embedder, store: Store) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.embedded = 0  # texts sent to the embedder (tests count them)
+
+    def get(self, texts: list[str]) -> np.ndarray:
+        keys = [f"emb:{self.embedder.name}:" + hashlib.sha256(t.encode()).hexdigest()[:32] for t in texts]
+        rows: list[np.ndarray | None] = []
+        for key in keys:
+            raw = self.store.get(key)
+            rows.append(np.frombuffer(raw, dtype=np.float32) if raw else None)
+        missing = sorted({texts[i] for i, r in enumerate(rows) if r is None})
+        if missing:
+            self.embedded += len(missing)
+            fresh = dict(zip(missing, self.embedder.embed(missing)))
+            for i, r in enumerate(rows):
+                if r is None:
+                    rows[i] = fresh[texts[i]]
+                    self.store.set(keys[i], fresh[texts[i]].astype(np.float32).tobytes())
+        if not rows:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([r for r in rows if r is not None]).astype(np.float32)
+
+
+class SessionIndex:
+    """The searchable memory of one session (never shared with another session)."""
+
+    def __init__(self, session_id: str, cache: EmbeddingCache) -> None:
+        self.session_id = session_id
+        self.cache = cache
+        self.chunks: list[Chunk] = []
+        self.keys: set[str] = set()
+        self.vectors: Any = None
+        self._bm25: BM25Okapi | None = None
+        self._terms: list[list[str]] = []
+        self.last_injected: list[str] | None = None
+        self._vocab: set[str] | None = None
+
+    def oscillation(self, injected: list[str]) -> float | None:
+        """Share of the injected snippets that were not injected on the previous
+        retrieving turn of this session (None on the first)."""
+        prev, self.last_injected = self.last_injected, (injected or self.last_injected)
+        if not injected or prev is None:
+            return None
+        return round(len(set(injected) - set(prev)) / len(injected), 3)
+
+    def sync(self, chunks: list[Chunk]) -> int:
+        """Make the index hold exactly ``chunks``; returns how many were new.
+
+        Appending (the usual case between requests) only embeds and adds the new
+        chunks; any other change rebuilds from the embedding cache.
+        """
+        if self.chunks == chunks[: len(self.chunks)]:
+            new = chunks[len(self.chunks):]
+        else:
+            self.chunks, self.keys, self.vectors, self._terms = [], set(), None, []
+            new = chunks
+        if not new:
+            return 0
+        vecs = self.cache.get([c.search_text for c in new])
+        if self.vectors is None:
+            self.vectors = faiss.IndexFlatIP(vecs.shape[1])
+        self.vectors.add(vecs)
+        self.chunks = self.chunks + list(new)
+        self.keys |= {c.key for c in new}
+        self._terms = self._terms + [terms(c.search_text) or ["\x00"] for c in new]
+        self._bm25 = None
+        self._vocab = None
+        return len(new)
+
+    @property
+    def vocabulary(self) -> set[str]:
+        if self._vocab is None:
+            self._vocab = {t for doc in self._terms for t in doc}
+        return self._vocab
+
+    def bm25_scores(self, query_terms: list[str]) -> np.ndarray:
+        if not self.chunks or not query_terms:
+            return np.zeros(len(self.chunks), dtype=np.float64)
+        if self._bm25 is None:
+            self._bm25 = BM25Okapi(self._terms)
+        return np.asarray(self._bm25.get_scores(query_terms), dtype=np.float64)
+
+    def dense_scores(self, query_vec: np.ndarray) -> np.ndarray:
+        if not self.chunks:
+            return np.zeros(0, dtype=np.float64)
+        scores, ids = self.vectors.search(query_vec.reshape(1, -1).astype(np.float32), len(self.chunks))
+        out = np.zeros(len(self.chunks), dtype=np.float64)
+        out[ids[0]] = scores[0]
+        return out

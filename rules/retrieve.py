@@ -1,0 +1,258 @@
+"""retrieve: long memory over turns that left the window, injected as one cited zone.
+
+What it does
+    Turns in closed blocks (older than ``window`` units, closed every
+    ``block`` units, as ``summarize`` aligns them) leave the request and are indexed
+    for this session only: one chunk per turn, long tool output cut by records, each
+    chunk keeping its turn number, speaker, session/date header and tool name. On a
+    substantive user turn (not "thanks"/"ok"/"好的"), a hybrid search (BM25 over
+    stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
+    weighted up for ids, numbers, dates, code) picks the relevant snippets, and they come
+    back as one ``[context-engine:memory]`` user message just before that user turn.
+
+Why
+    Clients resend the whole history; most of it is irrelevant to the current turn.
+    Cache-aware: the zone injected for a user turn stays where it is, byte-identical,
+    until the next block closes, so the provider's prompt cache keeps hitting; snippets
+    already visible are not injected again; nothing changes while the dropped history is
+    under ``min_closed_tokens``.
+
+Example
+    [system, 400 old turns…, u: "what did I say about the Berlin trip?", a: …, u: "thanks"]
+    → [system, memory zone (#12 user: "Berlin in May…", #13 …), recent turns…]
+
+Options
+    See ``RetrieveConfig``.
+
+Risks
+    A fact that no query finds is not in the request any more; summaries (``summarize``)
+    or a larger ``max_snippet_tokens`` reduce that risk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.context import RequestContext
+from proxy.tokens import TokenCounter
+from rules.base import (
+    MEMORY_HEADER,
+    SUMMARY_HEADER,
+    RuleDeps,
+    closed_block_count,
+    fingerprint,
+    last_user_index,
+    option,
+    system_prefix_len,
+    text_of,
+    units,
+)
+from rules.embedders import make_embedder
+from rules.knowledge_base import KnowledgeBase
+from rules.memory_index import EmbeddingCache, SessionIndex, chunk_messages
+from rules.memory_search import SNIPPET_OVERHEAD, Hit, SearchParams, fused_scores, render, select
+from rules.query_analysis import asks_for_memory, is_acknowledgement, terms
+
+log = logging.getLogger("context_engine.retrieve")
+POSITIONS = ("before_last_user", "after_system")
+ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
+
+
+@dataclass(frozen=True)
+class RetrieveConfig:
+    window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
+    block: int = option(4, "older units leave the request in closed blocks of this size")
+    min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
+    min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
+    top_k: int = option(24, "at most this many best-scoring snippets per query (before neighbours)")
+    threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
+    neighbours: int = option(1, "turns on each side of a hit injected with it")
+    max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
+    max_snippet_tokens: int = option(1600, "token budget of one memory zone")
+    bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
+    bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
+    speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
+    fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
+    expansion: float = option(0.0, "weight of a second pass with rare terms of the best hits (0 = off)")
+    gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
+    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
+    embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
+    keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
+    context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
+    max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
+    knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
+    knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
+    max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
+
+    def __post_init__(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
+        if self.gate not in ("auto", "always"):
+            raise ValueError("gate must be auto or always")
+        if self.window < 1 or self.block < 1 or self.top_k < 1:
+            raise ValueError("window, block and top_k must be at least 1")
+
+
+def _is_memory(m: Any) -> bool:
+    return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
+
+
+class Retrieve:
+    name = "retrieve"
+    Config = RetrieveConfig
+
+    def __init__(self, config: RetrieveConfig, deps: RuleDeps) -> None:
+        self.config = config
+        self.deps = deps
+        self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
+        self.cache = EmbeddingCache(self.embedder, deps.store)
+        self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
+        self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
+            if config.knowledge_dir else None
+        self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
+                                   config.max_overlap, config.max_snippet_tokens,
+                                   config.bm25_weight, config.bm25_weight_exact,
+                                   config.speaker_weight, config.fusion, config.expansion)
+        log.info("retrieve: embedder %s", self.embedder.name)
+
+    def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
+        """Where the raw tail begins: the latest block boundary whose drop pays off.
+
+        Never past the last user turn. A boundary is taken when the turns that leave hold
+        ``min_closed_tokens`` and ``min_drop_ratio`` times what stays uncached (system +
+        the next ``window`` units); if the newest fails, the one before is tried, so a
+        prefix that was dropped once stays dropped (no flip-flop of the cached prefix).
+        """
+        cfg = self.config
+        head = system_prefix_len(msgs)
+        spans = units(msgs, head)
+        lu = last_user_index(msgs)
+        closed = closed_block_count(len(spans), cfg.window, cfg.block)
+        for k in range(closed, 0, -1):
+            end = spans[k * cfg.block - 1][1]
+            if 0 <= lu < end:
+                end = max([b for b, _ in spans if b <= lu] + [head])
+            if end > head and self._pays_off(msgs, head, end, counter):
+                return end
+        return head
+
+    def _pays_off(self, msgs: list[Any], head: int, end: int, counter: TokenCounter) -> bool:
+        keep = self._kept(msgs, head, end)
+        leaving = counter.messages([msgs[i] for i in range(head, end) if i not in keep])
+        after = units(msgs, end)[: self.config.window]
+        staying = counter.messages(msgs[:head] + msgs[end:after[-1][1] if after else end])
+        return leaving >= max(self.config.min_closed_tokens, self.config.min_drop_ratio * staying)
+
+    def _kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
+        """Closed-prefix messages that stay: summaries, and tool-call units if configured."""
+        keep = {i for i in range(head, cut) if text_of(msgs[i]).startswith(SUMMARY_HEADER)}
+        if self.config.keep_tool_units:
+            keep |= {i for b, e in units(msgs[:cut], head) if msgs[b].get("tool_calls")
+                     for i in range(b, e)}
+        return frozenset(keep)
+
+    def _index(self, session: str, msgs: list[Any], head: int, cut: int,
+               keep: frozenset[int]) -> SessionIndex:
+        idx = self.sessions.pop(session, None) or SessionIndex(session, self.cache)
+        self.sessions[session] = idx
+        while len(self.sessions) > self.config.max_sessions:
+            self.sessions.popitem(last=False)
+        idx.sync(chunk_messages(msgs, head, cut, self.config.max_chunk_chars,
+                                (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars))
+        return idx
+
+    def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
+        if self.config.gate == "always" or self.kb is not None:
+            return not is_acknowledgement(query)
+        visible = {t for text in window for t in terms(text)}
+        return asks_for_memory(query, visible, idx.vocabulary)
+
+    def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
+                budget: int) -> list[Hit]:
+        if budget <= 0:
+            return []
+        embed = self.cache.get
+        params = dataclasses.replace(self.params, max_tokens=budget)
+        hits: list[Hit] = []
+        if idx.chunks:
+            hits = select(idx, fused_scores(idx, query, embed, params), visible, params, counter)
+        if self.kb is not None:
+            used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
+            hits += self.kb.search(query, embed, params, counter, budget - used)
+        return hits
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        if any(_is_memory(m) for m in ctx.messages):
+            return ctx  # already rewritten: applying twice changes nothing more
+        msgs = list(ctx.messages)
+        counter = TokenCounter(ctx.encoding)
+        lu = last_user_index(msgs)
+        if lu < 0:
+            return ctx
+        head = system_prefix_len(msgs)
+        cut = self._cut(msgs, counter)
+        if cut <= head and self.kb is None:
+            return ctx
+        session = ctx.session_id or fingerprint(msgs[:head + 1])
+        keep = self._kept(msgs, head, cut)
+        idx = self._index(session, msgs, head, cut, keep)
+        zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
+        if cut <= head and not zones:
+            return ctx
+        out = self._assemble(msgs, head, cut, zones, keep)
+        if out == ctx.messages:
+            return ctx
+        last = zones.get(lu)
+        injected = [f"{h.chunk.header}#{h.chunk.index}" for h in last[1]] if last else []
+        note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
+                "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
+                "scores": [h.score for h in last[1]] if last else [],
+                "oscillation": idx.oscillation(injected)}
+        return ctx.replace(messages=out).with_note(self.name, note)
+
+    def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
+               counter: TokenCounter, keep: frozenset[int]) -> dict[int, tuple[str, list[Hit]]]:
+        """The memory zone of each user turn of the current block epoch, oldest first.
+
+        A user turn's zone is what was retrieved when it was the last message: same
+        closed prefix (same epoch), same window before it, so it is recomputed
+        byte-identically on later requests and the cached prefix stays valid. All zones
+        together never cost more than the history they replace.
+        """
+        zones: dict[int, tuple[str, list[Hit]]] = {}
+        users = [i for i in range(cut, lu + 1) if msgs[i].get("role") == "user"]
+        if self.config.position == "after_system":
+            users = [lu]
+        dropped = [msgs[i] for i in range(head, cut) if i not in keep]
+        left = counter.messages(dropped) if dropped else self.params.max_tokens
+        kept_text = [text_of(msgs[i]) for i in sorted(keep)]
+        for u in users:
+            if u != lu and self._cut(msgs[: u + 1], counter) != cut:
+                continue
+            query = text_of(msgs[u])
+            window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
+            if not self._needs_memory(query, window, idx):
+                continue
+            budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
+            hits = self._recall(idx, query, "\n".join(window), counter, budget)
+            if hits:
+                zones[u] = (render(hits), hits)
+                left -= counter.message({"role": "user", "content": zones[u][0]})
+        return zones
+
+    def _assemble(self, msgs: list[Any], head: int, cut: int,
+                  zones: dict[int, tuple[str, list[Hit]]], keep: frozenset[int]) -> list[Any]:
+        kept = [msgs[i] for i in sorted(keep)]
+        if self.config.position == "after_system":
+            zone = [{"role": "user", "content": z[0]} for z in zones.values()]
+            return list(msgs[:head]) + zone + kept + list(msgs[cut:])
+        out = list(msgs[:head]) + kept
+        for i in range(cut, len(msgs)):
+            if i in zones:
+                out.append({"role": "user", "content": zones[i][0]})
+            out.append(msgs[i])
+        return out
