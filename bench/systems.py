@@ -18,6 +18,7 @@ from proxy.context import JournalEntry
 from proxy.engine import Engine
 from proxy.invariants import rewrite_problems
 from proxy.settings import Settings, load_settings
+from proxy.store import MemoryStore
 
 Messages = list[dict[str, Any]]
 
@@ -89,14 +90,27 @@ class _EngineSession:
 
 @dataclass
 class EngineSystem:
-    """The project's pipeline with ``settings.rules`` (a fresh Engine and store per session)."""
+    """The project's pipeline with ``settings.rules``: a fresh Engine per session.
+
+    Sessions share one in-memory store and one embedder, as the sessions of one
+    long-running proxy do: content-addressed caches (embeddings, block summaries, tool
+    originals) are shared, per-session state (memory indexes) is not.
+    """
 
     name: str
     settings: Settings
     model: str = "gpt-4o"
+    store: MemoryStore = field(default_factory=MemoryStore)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def open(self, session_id: str) -> Session:
-        return _EngineSession(Engine(self.settings), session_id, self.model)
+        if "retrieve" in self.settings.rules and "embedder" not in self.extra:
+            from rules.embedders import make_embedder
+
+            name = self.settings.rule_options.get("retrieve", {}).get("embedder", "auto")
+            self.extra["embedder"] = make_embedder(str(name))
+        engine = Engine(self.settings, store=self.store, extra=self.extra)
+        return _EngineSession(engine, session_id, self.model)
 
 
 def engine_settings(rules: str | None, config: str | None = None) -> Settings:

@@ -93,7 +93,7 @@ def rules_yaml() -> str:
     from rules import DEFAULT_RULES, REGISTRY
     from rules.base import config_help
 
-    order = list(DEFAULT_RULES) + [n for n in REGISTRY if n not in DEFAULT_RULES]
+    order = list(REGISTRY)  # the recommended run order; turning a rule on keeps its place
     lines = ["rules:"] + [f"  {n}: {'true' if n in DEFAULT_RULES else 'false'}" for n in order]
     lines += ["", "rule_options:"]
     for name in order:

@@ -22,10 +22,10 @@ class Rewrite:
 
 class Engine:
     def __init__(self, settings: Settings, store: Store | None = None,
-                 rules: list[Any] | None = None) -> None:
+                 rules: list[Any] | None = None, extra: dict[str, Any] | None = None) -> None:
         self.settings = settings
         self.store = store if store is not None else open_store(settings.store)
-        self.deps = RuleDeps(store=self.store)
+        self.deps = RuleDeps(store=self.store, extra=dict(extra or {}))
         self.stats = PipelineStats()
         self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps),
                                  self.stats)

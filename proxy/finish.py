@@ -15,6 +15,7 @@ from proxy.context_metrics import Oscillation, data_segments, tool_retries, util
 from proxy.engine import Engine, Rewrite
 from proxy.ledger import Ledger, LedgerRow
 from proxy.usage_tap import Usage
+from rules.base import MEMORY_HEADER, text_of
 
 log = logging.getLogger("context_engine.finish")
 MAX_PENDING = 256
@@ -35,7 +36,10 @@ def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
                     "ms": round(j.ms, 3), "note": j.note, "error": j.error} for j in res.journal]
     retrieve = res.ctx.notes.get("retrieve")
     if isinstance(retrieve, dict):
-        row.context = {k: retrieve[k] for k in ("scores", "snippets", "hit") if k in retrieve}
+        row.context = {k: retrieve[k] for k in ("scores", "injected", "dropped_messages",
+                                                "indexed_chunks") if k in retrieve}
+        if isinstance(retrieve.get("oscillation"), (int, float)):
+            row.oscillation = float(retrieve["oscillation"])
 
 
 class Finisher:
@@ -71,9 +75,12 @@ class Finisher:
                 fill_from_rewrite(row, rewrite)
             messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
             row.utilization = utilization(data_segments(messages), usage.text)
-            snippets = row.context.get("snippets")
-            if isinstance(snippets, list):
-                row.oscillation = self.oscillation.observe(row.session, map(str, snippets))
+            injected = row.context.get("injected")
+            if row.oscillation is None and isinstance(injected, list) and injected:
+                row.oscillation = self.oscillation.observe(row.session, map(str, injected))
+            memory = data_segments(m for m in messages if text_of(m).startswith(MEMORY_HEADER))
+            if memory and usage.text:
+                row.context["retrieval_hit"] = bool(utilization(memory, usage.text))
             row.tool_retries = tool_retries(data["messages"])
         except Exception:  # the edge: metrics never lose the ledger row
             log.exception("finishing a request failed")

@@ -97,6 +97,20 @@ class RetrieveConfig:
             raise ValueError("window, block and top_k must be at least 1")
 
 
+def _source(ctx: RequestContext, msgs: list[Any], head: int, cut: int,
+            keep: frozenset[int]) -> tuple[list[Any], int, int, frozenset[int]]:
+    """What to index: the closed prefix as this rule sees it, or, when an earlier rule
+    (summarize) replaced raw turns there by summaries, the client's own turns before the
+    same raw tail, so that memory still holds their words."""
+    original = ctx.original
+    if original is None or original is msgs or not any(
+            text_of(msgs[i]).startswith(SUMMARY_HEADER) for i in range(head, cut)):
+        return msgs, head, cut, keep
+    head_o = system_prefix_len(original)
+    cut_o = max(head_o, min(len(original), len(original) - (len(msgs) - cut)))
+    return original, head_o, cut_o, frozenset()
+
+
 def _is_memory(m: Any) -> bool:
     return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
 
@@ -118,6 +132,17 @@ class Retrieve:
                                    config.bm25_weight, config.bm25_weight_exact,
                                    config.speaker_weight, config.fusion, config.expansion)
         log.info("retrieve: embedder %s", self.embedder.name)
+
+    def _epoch_cut(self, msgs: list[Any], counter: TokenCounter) -> int:
+        """Where the raw tail begins. When an earlier rule (summarize) already replaced the
+        closed prefix by summaries, the tail begins after the last of them: this rule then
+        drops nothing more and only brings back the replaced turns' words from memory."""
+        head = system_prefix_len(msgs)
+        lu = last_user_index(msgs)
+        summaries = [i for i in range(head, max(lu, head)) if text_of(msgs[i]).startswith(SUMMARY_HEADER)]
+        if summaries:
+            return summaries[-1] + 1
+        return self._cut(msgs, counter)
 
     def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
         """Where the raw tail begins: the latest block boundary whose drop pays off.
@@ -194,12 +219,12 @@ class Retrieve:
         if lu < 0:
             return ctx
         head = system_prefix_len(msgs)
-        cut = self._cut(msgs, counter)
+        cut = self._epoch_cut(msgs, counter)
         if cut <= head and self.kb is None:
             return ctx
         session = ctx.session_id or fingerprint(msgs[:head + 1])
         keep = self._kept(msgs, head, cut)
-        idx = self._index(session, msgs, head, cut, keep)
+        idx = self._index(session, *_source(ctx, msgs, head, cut, keep))
         zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
         if cut <= head and not zones:
             return ctx
@@ -231,7 +256,7 @@ class Retrieve:
         left = counter.messages(dropped) if dropped else self.params.max_tokens
         kept_text = [text_of(msgs[i]) for i in sorted(keep)]
         for u in users:
-            if u != lu and self._cut(msgs[: u + 1], counter) != cut:
+            if u != lu and self._epoch_cut(msgs[: u + 1], counter) != cut:
                 continue
             query = text_of(msgs[u])
             window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]

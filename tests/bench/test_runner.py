@@ -99,4 +99,7 @@ def test_stateful_sessions_are_fresh_per_case(test_rules):
     systems = build_systems(engine_settings("drop_marked"), kinds=("engine",))
     first = systems[1].open("a")
     second = systems[1].open("b")
-    assert first.engine.store is not second.engine.store
+    # per-session state is fresh; content-addressed caches are shared, as in one proxy
+    assert first.engine is not second.engine
+    assert first.engine.pipeline.rules[0] is not second.engine.pipeline.rules[0]
+    assert first.engine.store is second.engine.store
