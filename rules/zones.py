@@ -63,10 +63,10 @@ Options
     ``wrap_user`` (bool, false), ``marker_digits`` (int, 15). See ``ZonesConfig``.
 
 Risks
-    Adds tokens: 24 per ``tool`` zone (the two delimiter lines; a little more for longer
-    zone names) and 41 once for the system line, reported as ``added_tokens`` (with
-    ``zone_overhead_tokens`` and ``line_tokens``). On agent_traces_dev: +4.0% message
-    tokens, +8.9% tool-result tokens. A look-alike in legitimate data (``<<zone`` in a
+    Adds tokens: 18 per ``tool`` zone (the two delimiter lines; a little more for longer
+    zone names) and 26 once for the system line, reported as ``added_tokens`` (with
+    ``zone_overhead_tokens`` and ``line_tokens``). On agent_traces_dev: +2.9% message
+    tokens, +6.6% tool-result tokens. A look-alike in legitimate data (``<<zone`` in a
     document) is shown with ``[`` instead of ``<``. ``wrap_user`` breaks prefix stability
     once per user turn: the last user turn is never rewritten, so it is sent raw and then
     fenced on the next request (a cache miss from that message on). Applying the rule
