@@ -73,15 +73,6 @@ def minilm_dir() -> str | None:
     return folder if os.path.isfile(os.path.join(folder, "model.safetensors")) else None
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), enough for float32 GELU.
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return sign * (1.0 - poly * np.exp(-a * a))
-
-
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
@@ -130,7 +121,8 @@ class MiniLMEmbedder:
         x = _layer_norm(x + dense("attention.output.dense", ctx),
                         w[p + "attention.output.LayerNorm.weight"], w[p + "attention.output.LayerNorm.bias"])
         h = dense("intermediate.dense", x)
-        h = 0.5 * h * (1.0 + _erf(h * 0.7071067811865476))
+        # GELU, tanh form: 4x faster than the erf form in numpy, |difference| < 5e-4
+        h = 0.5 * h * (1.0 + np.tanh(0.7978845608028654 * (h + 0.044715 * h * h * h)))
         return _layer_norm(x + dense("output.dense", h),
                            w[p + "output.LayerNorm.weight"], w[p + "output.LayerNorm.bias"])
 
