@@ -54,7 +54,14 @@ class Chunk:
 
     @property
     def search_text(self) -> str:
+        """What BM25 matches: the turn with its header and its neighbours' edges."""
         return " ".join(p for p in (self.header, self.context, self.text) if p)
+
+    @property
+    def embed_text(self) -> str:
+        """What is embedded: the turn and its header, then its neighbours' edges (the
+        embedder truncates long texts, and the turn itself must not be what is cut)."""
+        return " ".join(p for p in (self.header, self.text, self.context) if p)
 
 
 def _tool_names(messages: list[Any]) -> dict[str, str]:
@@ -195,7 +202,7 @@ class SessionIndex:
             new = chunks
         if not new:
             return 0
-        vecs = self.cache.get([c.search_text for c in new])
+        vecs = self.cache.get([c.embed_text for c in new])
         if self.vectors is None:
             self.vectors = faiss.IndexFlatIP(vecs.shape[1])
         self.vectors.add(vecs)
