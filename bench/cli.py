@@ -51,6 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write a short Markdown table (for the README)")
     parser.add_argument("--by-dataset", action="store_true",
                         help="report each meta.dataset of a file separately (e.g. tau-bench)")
+    parser.add_argument("--by-category", action="store_true",
+                        help="one table per meta.category_name (LoCoMo: single-hop, multi-hop, …)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -81,7 +83,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     }
     for path in files:
         cases = cases_mod.load_cases(path, args.limit, dedupe=args.replay)
-        for label, group in _groups(path.name, cases, args.by_dataset):
+        for label, group in _groups(path.name, cases, args.by_dataset, args.by_category):
             start = time.perf_counter()
             if args.replay:
                 tallies = await run_replay(group, systems, counters[0], args.cache_ratio)
@@ -100,11 +102,17 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     return 0
 
 
-def _groups(name: str, cases: list[Case], by_dataset: bool) -> list[tuple[str, list[Case]]]:
-    if not by_dataset:
+def _groups(name: str, cases: list[Case], by_dataset: bool,
+            by_category: bool = False) -> list[tuple[str, list[Case]]]:
+    if not by_dataset and not by_category:
         return [(name, cases)]
-    datasets = sorted({c.dataset for c in cases})
-    return [(f"{name} [{d}]", [c for c in cases if c.dataset == d]) for d in datasets]
+
+    def key(c: Case) -> str:
+        category = str(c.meta.get("category_name", "")) if by_category else ""
+        return " ".join(p for p in (c.dataset, category) if p)
+
+    keys = sorted({key(c) for c in cases})
+    return [(f"{name} [{k}]", [c for c in cases if key(c) == k]) for k in keys]
 
 
 def main(argv: list[str] | None = None) -> int:
