@@ -26,6 +26,8 @@ from typing import Any
 
 import httpx
 
+from rules import DEFAULT_RULES
+
 WORDS = ("context engine proxy tokens cache prefix summary window retrieval budget zone "
          "rule ledger agent tool result schema template session turn").split()
 
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, port in targets.items():
             if name != "direct":
                 wait_up(f"http://127.0.0.1:{port}/healthz")
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=600) as client:  # a new session's first request embeds its history
             for size in (4000, 25000):
                 base = history(size)
                 times: dict[str, list[float]] = {name: [] for name in targets}
@@ -119,15 +121,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for p in procs:
             p.terminate()
-            p.wait(timeout=10)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
     return results
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=300)
-    p.add_argument("--rules", default="fold_duplicates,tool_json,zones",
-                   help="rules of the shadow and rewrite proxies")
+    p.add_argument("--rules", default=",".join(DEFAULT_RULES),
+                   help="rules of the shadow and rewrite proxies (default: the default rules)")
     args = p.parse_args()
     print(json.dumps(run(args), indent=2))
 
