@@ -96,7 +96,7 @@ class ChatCompletions:
 
     async def _rewrite(self, body: ParsedBody, sid: str) -> Rewrite | None:
         try:
-            return await self.engine.rewrite(body.data, sid)
+            return await self.engine.rewrite_off_loop(body.data, sid)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

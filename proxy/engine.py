@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,27 @@ class Engine:
                                  self.stats)
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)
+        # Rules are CPU work (an embedding can take tens of ms): the server runs them in one
+        # worker thread with its own event loop, so the server's loop keeps relaying other
+        # streams, and rule state is only ever touched by that one thread.
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rules")
+        self._worker_loop = threading.local()
+
+    def _rewrite_in_worker(self, body: dict[str, Any], session_id: str) -> Rewrite:
+        loop = getattr(self._worker_loop, "loop", None)
+        if loop is None:
+            loop = self._worker_loop.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(self.rewrite(body, session_id))
+
+    async def rewrite_off_loop(self, body: dict[str, Any], session_id: str) -> Rewrite:
+        """``rewrite`` in the rules' worker thread (inline when no rule is enabled)."""
+        if not self.pipeline.rules:
+            return await self.rewrite(body, session_id)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._worker, self._rewrite_in_worker, body, session_id)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
 
     def count(self, body: dict[str, Any]) -> int:
         """Tokens of a request as the client sent it."""

@@ -1,13 +1,12 @@
 """After the response: shadow rewrites, context metrics, the ledger row and /metrics.
 
-All of it runs once the response body has been sent: shadow rewrites in one worker
-thread (so they never hold up the event loop), the rest as a task on the loop.
+All of it runs once the response body has been sent: shadow rewrites in the rules'
+worker thread (so they never hold up the event loop), the rest as a task on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 from typing import Any
 
@@ -48,7 +47,6 @@ class Finisher:
         self.ledger = ledger
         self.metrics = metrics
         self.oscillation = Oscillation()
-        self.shadow_pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shadow")
         self.pending: set[asyncio.Task[None]] = set()
         self.skipped_shadow = 0
         self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
@@ -70,8 +68,7 @@ class Finisher:
                       usage: Usage, shadow: bool) -> None:
         try:
             if shadow:
-                rewrite = await asyncio.get_running_loop().run_in_executor(
-                    self.shadow_pool, _rewrite_in_thread, self.engine, data, row.session)
+                rewrite = await _shadow_rewrite(self.engine, data, row.session)
                 fill_from_rewrite(row, rewrite)
             messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
             row.utilization = utilization(data_segments(messages), usage.text)
@@ -95,12 +92,12 @@ class Finisher:
             await asyncio.gather(*list(self.pending), return_exceptions=True)
 
     def close(self) -> None:
-        self.shadow_pool.shutdown(wait=True)
+        self.engine.close()
 
 
-def _rewrite_in_thread(engine: Engine, data: dict[str, Any], session: str) -> Rewrite | None:
+async def _shadow_rewrite(engine: Engine, data: dict[str, Any], session: str) -> Rewrite | None:
     try:
-        return asyncio.run(engine.rewrite(data, session))
-    except Exception:
+        return await engine.rewrite_off_loop(data, session)
+    except Exception:  # the edge: a failed shadow rewrite is recorded as failed open
         log.exception("shadow rewrite failed")
         return None
