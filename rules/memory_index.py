@@ -53,6 +53,11 @@ class Chunk:
         return found.group(1).lower() if found else self.role
 
     @property
+    def named(self) -> bool:
+        """Whether the text starts with a speaker's name ("Caroline: …")."""
+        return bool(_SPEAKER.match(self.text))
+
+    @property
     def search_text(self) -> str:
         """What BM25 matches: the turn with its header and its neighbours' edges."""
         return " ".join(p for p in (self.header, self.context, self.text) if p)
@@ -180,6 +185,7 @@ class SessionIndex:
         self._terms: list[list[str]] = []
         self.last_injected: list[str] | None = None
         self._vocab: set[str] | None = None
+        self._speakers: set[str] | None = None
 
     def oscillation(self, injected: list[str]) -> float | None:
         """Share of the injected snippets that were not injected on the previous
@@ -211,7 +217,15 @@ class SessionIndex:
         self._terms = self._terms + [terms(c.search_text) or ["\x00"] for c in new]
         self._bm25 = None
         self._vocab = None
+        self._speakers = None
         return len(new)
+
+    @property
+    def speakers(self) -> set[str]:
+        """Speakers named at the start of turns ("caroline"), lower-case."""
+        if self._speakers is None:
+            self._speakers = {c.speaker for c in self.chunks if c.named}
+        return self._speakers
 
     @property
     def vocabulary(self) -> set[str]:

@@ -4,16 +4,24 @@ Coarse recall → fuse → trim:
 
 1. BM25 and cosine scores of every chunk, each min-max normalised over the memory,
    fused as ``w * bm25 + (1 - w) * dense`` with ``w`` raised for queries holding ids,
-   numbers, dates or code (``query_analysis.bm25_weight``). A question with several
-   parts is also searched per part; a chunk keeps its best score.
-2. Chunks at or above ``threshold`` (normalised, so the best chunk scores near 1), best
-   first, at most ``top_k``; each brings its ``neighbours`` turns on either side (an
-   answer usually sits next to its question).
-3. Snippets whose word bigrams overlap the visible window by more than ``max_overlap``
-   are dropped (the model already sees them); the rest fill ``max_tokens``.
+   numbers, dates or code (``query_analysis.bm25_weight``). The query is also searched
+   in other forms and a chunk keeps its best score: per part when it joins several
+   asks, and (``first_person``) as the named speaker would have said it.
+2. Date scope (``date_boost``): when the query names a month and year, turns from
+   sessions dated then score higher.
+3. Entity-linked expansion (``expansion``): names and quoted titles in the three best
+   chunks that the query did not name are searched with BM25, scaled by the score of
+   the chunk they came from (the second hop of a multi-hop question: "what book did
+   she recommend?" → "Becoming Nicole" → the turn where the other speaker read it).
+4. The ``top_k`` best chunks at or above ``threshold`` are seeds. Each turn within
+   ``neighbours`` of a seed competes with ``neighbour_decay ** distance`` times the
+   seed's score (an answer usually sits next to its question).
+5. Snippets whose word bigrams overlap the visible window by more than ``max_overlap``
+   are dropped (the model already sees them); the rest fill ``max_tokens`` best first.
 
 The zone lists snippets in conversation order, grouped under their session/date
-header, each citing its turn number, speaker and tool.
+header, each citing its turn number and speaker (its role and tool when the text
+does not start with a speaker's name).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import numpy as np
 from proxy.tokens import TokenCounter
 from rules.base import MEMORY_HEADER
 from rules.memory_index import Chunk, SessionIndex
-from rules.query_analysis import bm25_weight, sub_queries, terms
+from rules.query_analysis import bm25_weight, first_person, linked_entities, months, sub_queries, terms
 
 SNIPPET_OVERHEAD = 8  # citation and line framing of one snippet, in tokens
 ZONE_INTRO = "Recalled from earlier in this conversation (#n = original turn number):"
@@ -45,6 +53,9 @@ class SearchParams:
     speaker_weight: float = 1.0
     fusion: str = "minmax"
     expansion: float = 0.0
+    neighbour_decay: float = 0.7
+    first_person: bool = True
+    date_boost: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,17 +82,22 @@ def _rrf(x: np.ndarray) -> np.ndarray:
 
 
 def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -> np.ndarray:
-    """Best fused score of each chunk over the query, its parts and (``expansion`` > 0)
-    a second pass with the rare terms of the three best chunks, weighted by ``expansion``."""
-    best = _fuse(index, sub_queries(query), embed, p)
-    if p.expansion <= 0 or len(best) < 4:
-        return best * _speaker_factor(index, query, p.speaker_weight)
-    top = sorted(range(len(best)), key=lambda i: (-best[i], i))[:3]
-    asked = set(terms(query))
-    extra = sorted({t for i in top for t in terms(index.chunks[i].text) if t not in asked and len(t) > 3})
-    if extra:
-        again = _fuse(index, [query + " " + " ".join(extra)], embed, p)
-        best = np.maximum(best, p.expansion * again)
+    """Best fused score of each chunk over the query's forms, plus the date scope and
+    the entity-linked second pass (module docstring, steps 1-3)."""
+    speakers = index.speakers
+    queries = sub_queries(query)
+    said = first_person(query, speakers) if p.first_person and speakers else None
+    best = _fuse(index, queries + [said] * bool(said), embed, p)
+    scoped = months(query)
+    if p.date_boost > 0 and scoped:
+        best = best + p.date_boost * np.array([bool(months(c.header) & scoped) for c in index.chunks])
+    if p.expansion > 0 and len(best) > 3:
+        first = best.copy()
+        asked = set(terms(query))
+        for i in sorted(range(len(first)), key=lambda i: (-first[i], i))[:3]:
+            for name in linked_entities([index.chunks[i].text], speakers, asked):
+                hop = _minmax(index.bm25_scores(terms(name)))
+                best = np.maximum(best, p.expansion * float(first[i]) * hop)
     return best * _speaker_factor(index, query, p.speaker_weight)
 
 
@@ -121,7 +137,27 @@ def overlap(text: str, visible: set[tuple[str, str]]) -> float:
 
 def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: SearchParams,
            counter: TokenCounter) -> list[Hit]:
-    """Threshold, top-k, neighbours, overlap filter and token budget, in rank order."""
+    """Seeds, their neighbours, overlap filter and token budget (module docstring,
+    steps 4-5), best first."""
+    visible = bigrams(visible_text)
+    hits, used = [], 0
+    for i, score in _candidates(index, scores, p):
+        c = index.chunks[i]
+        if overlap(c.text, visible) > p.max_overlap:
+            continue
+        cost = counter.text(c.text) + SNIPPET_OVERHEAD
+        if used + cost > p.max_tokens:
+            continue
+        used += cost
+        hits.append(Hit(c, round(score, 4)))
+    while hits and counter.text(render(hits)) > p.max_tokens:
+        hits.pop()  # headers and citations pushed the zone over budget: drop the lowest rank
+    return hits
+
+
+def _candidates(index: SessionIndex, scores: np.ndarray, p: SearchParams) -> list[tuple[int, float]]:
+    """Chunks with the score they compete with: their own for seeds, else the best
+    ``seed score * neighbour_decay ** distance`` (in turns) of a seed near them."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     seeds = [i for i in order[: p.top_k] if scores[i] >= p.threshold]
     by_turn: dict[int, list[int]] = {}
@@ -129,30 +165,23 @@ def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: Search
         by_turn.setdefault(c.index, []).append(i)
     turns = sorted(by_turn)
     pos = {t: k for k, t in enumerate(turns)}
-    wanted: list[int] = []
+    best: dict[int, float] = {}
     for i in seeds:
+        best[i] = max(best.get(i, 0.0), float(scores[i]))
         k = pos[index.chunks[i].index]
-        near = [turns[j] for j in range(max(0, k - p.neighbours), min(len(turns), k + p.neighbours + 1))]
-        wanted += [i] + [n for t in near for n in by_turn[t] if n != i]
-    visible = bigrams(visible_text)
-    seen: set[int] = set()
-    hits, used = [], 0
-    for i in wanted:
-        c = index.chunks[i]
-        if i in seen or overlap(c.text, visible) > p.max_overlap:
-            continue
-        seen.add(i)
-        cost = counter.text(c.text) + SNIPPET_OVERHEAD
-        if used + cost > p.max_tokens:
-            continue
-        used += cost
-        hits.append(Hit(c, round(float(scores[i]), 4)))
-    while hits and counter.text(render(hits)) > p.max_tokens:
-        hits.pop()  # headers and citations pushed the zone over budget: drop the lowest rank
-    return hits
+        for j in range(max(0, k - p.neighbours), min(len(turns), k + p.neighbours + 1)):
+            near = float(scores[i]) * p.neighbour_decay ** abs(j - k)
+            for n in by_turn[turns[j]]:
+                if n != i and near > best.get(n, 0.0):
+                    best[n] = near
+    return sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def cite(c: Chunk) -> str:
+    """``#12 Caroline: …`` when the text names its speaker, else ``#12 user: …`` (role
+    and tool name)."""
+    if c.named:
+        return f"#{c.index} {c.text}"
     who = f"{c.role} {c.tool}".strip() if c.tool else c.role
     return f"#{c.index} {who}: {c.text}"
 

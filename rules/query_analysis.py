@@ -8,6 +8,11 @@
   lower-cased and stemmed lightly, CJK text becomes character bigrams.
 - ``sub_queries``: a question naming several things ("X and Y") is also searched per
   part, so multi-hop questions recall each part.
+- ``first_person``: a question about a named speaker ("What does Melanie do to
+  de-stress?") is also searched as that speaker would have said it ("What does I do
+  to de-stress?"): their own turns say "I", not their name.
+- ``months``: the (month, year) pairs a question names ("in April 2022"), so turns
+  from sessions dated then can be preferred.
 """
 
 from __future__ import annotations
@@ -126,3 +131,54 @@ def sub_queries(query: str) -> list[str]:
     parts = [p.strip(" ?？.") for p in parts]
     parts = [p for p in parts if len(terms(p)) >= 1 and p != query.strip(" ?？.")]
     return [query] + (parts if len(parts) >= 2 else [])
+
+
+def first_person(query: str, speakers: set[str]) -> str | None:
+    """``query`` with each named speaker's first name as "I" ("Melanie's" as "my"), or
+    None when it names none of ``speakers`` (lower-case names, as ``Chunk.speaker``)."""
+    out = query
+    for name in sorted({s.split(" ")[0] for s in speakers}):
+        out = re.sub(rf"\b{re.escape(name)}(?:'s|’s|')(?!\w)", "my", out, flags=re.IGNORECASE)
+        out = re.sub(rf"\b{re.escape(name)}\b", "I", out, flags=re.IGNORECASE)
+    return out if out != query else None
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+_MONTH_YEAR = re.compile(rf"\b({'|'.join(_MONTHS)}|sept|{'|'.join(m[:3] for m in _MONTHS)})\.?"
+                         r"(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+(\d{4})\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def months(text: str) -> frozenset[tuple[str, str]]:
+    """The (month, year) pairs named in ``text``: "April 2022", "Aug 15, 2023"."""
+    return frozenset((_full_month(m), y) for m, y in _MONTH_YEAR.findall(text))
+
+
+def _full_month(name: str) -> str:
+    low = name.lower()
+    return next(m for m in _MONTHS if m.startswith(low[:3]))
+
+
+_TITLE = re.compile(r'"([^"\n]{3,60})"|“([^”\n]{3,60})”')
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?: [A-Z][a-z]+)*)")
+
+
+def linked_entities(texts: list[str], speakers: set[str], asked: set[str]) -> list[str]:
+    """Names and quoted titles in ``texts`` (the best hits) that the question did not
+    name: "Becoming Nicole", "Sweden". Sentence-initial words and speakers are skipped.
+    Searching for them finds the other turns about the same thing (the second hop)."""
+    found: set[str] = set()
+    for text in texts:
+        body = _SPEAKER_PREFIX.sub("", text, count=1)
+        names = [a or b for a, b in _TITLE.findall(body)] + _NAME.findall(body)
+        for name in names:
+            words = terms(name)
+            first = name.split(" ")[0].lower()
+            if words and name.lower() not in speakers and first not in speakers \
+                    and not set(words) <= asked:
+                found.add(name)
+    return sorted(found)
+
+
+_SPEAKER_PREFIX = re.compile(r"^[A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?:\s")

@@ -68,16 +68,19 @@ class RetrieveConfig:
     block: int = option(4, "older units leave the request in closed blocks of this size")
     min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
     min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
-    top_k: int = option(24, "at most this many best-scoring snippets per query (before neighbours)")
+    top_k: int = option(32, "at most this many best-scoring snippets per query (before neighbours)")
     threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
-    neighbours: int = option(1, "turns on each side of a hit injected with it")
+    neighbours: int = option(2, "turns on each side of a hit that may come with it")
+    neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
     max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
-    max_snippet_tokens: int = option(1600, "token budget of one memory zone")
+    max_snippet_tokens: int = option(2000, "token budget of one memory zone")
     bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
     speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
     fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
-    expansion: float = option(0.0, "weight of a second pass with rare terms of the best hits (0 = off)")
+    expansion: float = option(0.7, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
+    first_person: bool = option(True, "also search a question about a named speaker as that speaker's own words (Melanie's → my)")
+    date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
     gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
     embedder: str = option("auto", "auto | minilm | hashing | litellm:<model>")
@@ -95,6 +98,8 @@ class RetrieveConfig:
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:
             raise ValueError("window, block and top_k must be at least 1")
+        if not 0.0 <= self.neighbour_decay <= 1.0:
+            raise ValueError("neighbour_decay must be between 0 and 1")
 
 
 def _source(ctx: RequestContext, msgs: list[Any], head: int, cut: int,
@@ -130,7 +135,8 @@ class Retrieve:
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
                                    config.max_overlap, config.max_snippet_tokens,
                                    config.bm25_weight, config.bm25_weight_exact,
-                                   config.speaker_weight, config.fusion, config.expansion)
+                                   config.speaker_weight, config.fusion, config.expansion,
+                                   config.neighbour_decay, config.first_person, config.date_boost)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def _epoch_cut(self, msgs: list[Any], counter: TokenCounter) -> int:
