@@ -20,7 +20,7 @@ from bench import cases as cases_mod
 from bench import report as report_mod
 from bench.cases import Case
 from bench.runner import run_replay, run_single, summarize
-from bench.systems import SYSTEM_KINDS, build_systems, engine_settings
+from bench.systems import SYSTEM_KINDS, build_systems, engine_settings, parse_variant
 from proxy.settings import ConfigError
 from proxy.tokens import TokenCounter
 
@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report each meta.dataset of a file separately (e.g. tau-bench)")
     parser.add_argument("--by-category", action="store_true",
                         help="one table per meta.category_name (LoCoMo: single-hop, multi-hop, …)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:RULE.OPT=VAL[,…]",
+                        help="also run the engine with these options changed, as system NAME "
+                             "(repeatable; e.g. 'no-expansion:retrieve.expansion=0')")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -60,6 +63,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     err = Console(stderr=True)
     try:
         settings = engine_settings(args.rules, args.config)
+        variants = [parse_variant(v, settings) for v in args.variant]
         files = ([cases_mod.resolve_file(f) for f in args.files] if args.files
                  else cases_mod.default_files())
     except (ConfigError, FileNotFoundError) as exc:
@@ -71,13 +75,15 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         err.print(f"bench: bad --systems {unknown} (valid: {', '.join(SYSTEM_KINDS)}) or --limit",
                   markup=False)
         return 2
-    systems = build_systems(settings, args.last_n, args.mask_keep, args.model, kinds)
+    systems = build_systems(settings, args.last_n, args.mask_keep, args.model, kinds, variants)
     counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
     report: dict[str, Any] = {
         "command": "context-engine bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "mode": "replay" if args.replay else "single",
         "rules": list(settings.rules),
         "rule_options": {k: dict(v) for k, v in sorted(settings.rule_options.items())},
+        "variants": {name: {k: dict(v) for k, v in sorted(s.rule_options.items())}
+                     for name, s in variants},
         "cache_ratio": args.cache_ratio,
         "files": {},
     }

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
+
+import yaml
 
 from bench import baselines
 from proxy.context import JournalEntry
@@ -113,6 +115,28 @@ class EngineSystem:
         return _EngineSession(engine, session_id, self.model)
 
 
+def parse_variant(spec: str, settings: Settings) -> tuple[str, Settings]:
+    """``NAME:RULE.OPTION=VALUE[,RULE.OPTION=VALUE…]`` → the engine's settings with those
+    options changed (values read as YAML scalars, checked like config.yaml's)."""
+    from proxy.settings import ConfigError, build_rule_config
+
+    name, sep, body = spec.partition(":")
+    if not sep or not name.strip() or not body.strip():
+        raise ConfigError(f"--variant {spec!r}: expected NAME:RULE.OPTION=VALUE[,…]")
+    options = {k: dict(v) for k, v in settings.rule_options.items()}
+    for item in body.split(","):
+        key, eq, raw = item.strip().partition("=")
+        rule, dot, opt = key.partition(".")
+        if not eq or not dot or not opt:
+            raise ConfigError(f"--variant {spec!r}: {item.strip()!r} is not RULE.OPTION=VALUE")
+        if rule not in settings.rules:
+            raise ConfigError(f"--variant {spec!r}: rule {rule!r} is not in the engine's rules "
+                              f"({', '.join(settings.rules)})")
+        options.setdefault(rule, {})[opt] = yaml.safe_load(raw)
+        build_rule_config(rule, options[rule])
+    return name.strip(), dataclasses.replace(settings, rule_options=options)
+
+
 def engine_settings(rules: str | None, config: str | None = None) -> Settings:
     """Settings for the bench: the given rules (or the configured ones), a memory store."""
     return load_settings(flags={"rules": rules, "store": "memory://", "config": config})
@@ -122,9 +146,12 @@ SYSTEM_KINDS = ("none", "last_n", "mask_observations", "engine", "alone")
 
 
 def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
-                  model: str = "gpt-4o", kinds: tuple[str, ...] = SYSTEM_KINDS) -> list[Any]:
+                  model: str = "gpt-4o", kinds: tuple[str, ...] = SYSTEM_KINDS,
+                  variants: Sequence[tuple[str, Settings]] = ()) -> list[Any]:
     """none, last_n, mask_observations, the project (``engine``: all of ``settings.rules``),
-    and each of its rules alone (``<rule> alone``).
+    each of its rules alone (``<rule> alone``) and the engine with changed options
+    (``variants``; they share the engine's store and embedder, so a chunk is embedded
+    once for all of them).
 
     ``none`` is always included: the other systems are measured against it.
     """
@@ -134,8 +161,11 @@ def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
     if "mask_observations" in kinds:
         systems.append(BaselineSystem(f"mask_observations({mask_keep})",
                                       lambda m: baselines.mask_observations(m, mask_keep)))
-    if "engine" in kinds:
-        systems.append(EngineSystem("engine", settings, model))
+    if "engine" in kinds or variants:
+        engine = EngineSystem("engine", settings, model)
+        systems += [engine] * ("engine" in kinds)
+        systems += [EngineSystem(name, changed, model, engine.store, engine.extra)
+                    for name, changed in variants]
     if "alone" in kinds and len(settings.rules) > 1:
         for rule in settings.rules:
             solo = dataclasses.replace(settings, rules=(rule,))
