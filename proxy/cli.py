@@ -1,4 +1,4 @@
-"""``context-engine``: serve, report, demo, bench, rules."""
+"""``context-engine``: serve, report, demo, bench, rules, kb."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from proxy.settings import ConfigError, Settings, load_settings
+from rules.base import RuleDeps
 
 
 def _serve_flags(p: argparse.ArgumentParser) -> None:
@@ -119,6 +120,55 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kb(args: argparse.Namespace) -> int:
+    """Build the knowledge base as the server would: each document's status, every clause
+    embedded into the configured store, and optionally a trial search."""
+    import os
+    import time
+
+    from proxy.settings import build_rule_config
+    from proxy.store import open_store
+    from proxy.tokens import TokenCounter
+    from rules.embedders import make_embedder
+    from rules.knowledge_base import clauses, statuses
+    from rules.memory_search import render
+    from rules.retrieve import Retrieve
+
+    settings = _settings(args)
+    options = dict(settings.rule_options.get("retrieve", {}))
+    options.update({k: v for k, v in (("knowledge_dir", args.dir), ("knowledge_date", args.date)) if v})
+    config = build_rule_config("retrieve", options)
+    folder = config.knowledge_dir
+    if not folder or not os.path.isdir(folder):
+        print(f"context-engine kb: no knowledge folder {folder!r}: set "
+              "rule_options.retrieve.knowledge_dir or pass --dir", file=sys.stderr)
+        return 2
+    embedder = make_embedder(config.embedder)
+    store = open_store(settings.store)
+    start = time.perf_counter()
+    rule = Retrieve(config, RuleDeps(store=store, extra={"embedder": embedder}))
+    seconds = time.perf_counter() - start
+    kb, cache = rule.kb, rule.cache
+    assert kb is not None
+    status = statuses(kb.documents, kb.today)
+    print(f"knowledge base {folder} on {kb.today.isoformat()}, embedder {embedder.name}")
+    for doc in sorted(kb.documents, key=lambda d: d.path):
+        n = f", {len(clauses(doc.content))} clauses" if status[doc.path] == "valid" else ""
+        print(f"  {os.path.relpath(doc.path, folder)}: {status[doc.path]}{n}")
+    for path, error in sorted(kb.errors.items()):
+        print(f"  {os.path.relpath(path, folder)}: unreadable ({error})")
+    valid = sum(v == "valid" for v in status.values())
+    print(f"{len(kb.index.chunks)} clauses from {valid} of {len(status) + len(kb.errors)} documents "
+          f"in {seconds:.2f} s ({cache.embedded} embedded now, the rest found in the store)")
+    if args.query:
+        hits = kb.search(args.query, cache.get, rule.params, TokenCounter(), config.max_snippet_tokens)
+        print(render(hits) if hits else f"no clause scores {config.threshold} or more for {args.query!r}")
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
+    return 1 if kb.errors and args.strict else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="context-engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rules", help="list the rules and their options")
     p.add_argument("--yaml", action="store_true", help="print the config.yaml rules blocks")
     p.set_defaults(func=cmd_rules)
+    p = sub.add_parser("kb", help="build the knowledge base: document status, clauses, a trial search")
+    p.add_argument("--config", help="path to config.yaml (default ./config.yaml if present)")
+    p.add_argument("--store", help="store to embed into: a directory, memory:// or redis://…")
+    p.add_argument("--dir", help="knowledge folder (default: rule_options.retrieve.knowledge_dir)")
+    p.add_argument("--date", help="ISO date for validity (default: knowledge_date, else today)")
+    p.add_argument("--query", help="also run this search and print the zone it would inject")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a document cannot be read")
+    p.set_defaults(func=cmd_kb)
     sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)
     return parser
 

@@ -12,14 +12,18 @@ Each document (``.md`` with a YAML front matter block, or ``.json`` / ``.yaml`` 
 
 Content is cut into numbered clauses (paragraphs or list items, about 120 words each)
 and indexed once; the index is rebuilt when a file changes (checked per search by
-modification time and size) or by calling ``load`` again (CLI). A search returns at
-most ``max_clauses`` clauses that pass the relevance threshold.
+modification time and size). ``context-engine kb`` builds the same index from the
+command line: it reports each document's status and embeds every clause into the
+configured store, so the server's next rebuild finds them cached. A search returns at
+most ``max_clauses`` clauses that pass the relevance threshold. A file that cannot be
+read or parsed is skipped (and logged), never fatal at run time.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -34,6 +38,7 @@ from rules.memory_index import Chunk, EmbeddingCache, SessionIndex
 from rules.memory_search import Hit, SearchParams, fused_scores
 from rules.query_analysis import terms
 
+log = logging.getLogger("context_engine.knowledge")
 SUFFIXES = (".md", ".markdown", ".json", ".yaml", ".yml")
 CLAUSE_WORDS = 120
 MAX_CLAUSES = 6
@@ -60,6 +65,22 @@ def _read(path: str) -> Document | None:
     return Document(path, meta if isinstance(meta, dict) else {}, str(data.get("content", "")))
 
 
+def read_documents(paths: list[str]) -> tuple[list[Document], dict[str, str]]:
+    """The documents at ``paths``, and the error of each one that could not be read."""
+    docs, errors = [], {}
+    for path in paths:
+        try:
+            doc = _read(path)
+        except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+            errors[path] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            continue
+        if doc is None:
+            errors[path] = "not a mapping with metadata and content"
+        else:
+            docs.append(doc)
+    return docs, errors
+
+
 def _date(value: Any, default: dt.date) -> dt.date:
     if isinstance(value, dt.date):
         return value
@@ -71,21 +92,48 @@ def _date(value: Any, default: dt.date) -> dt.date:
 
 def valid_documents(docs: list[Document], today: dt.date) -> list[Document]:
     """Drop expired or not-yet-valid documents, then resolve conflict groups."""
-    live = [d for d in docs if _date(d.meta.get("valid_from"), dt.date.min) <= today
-            <= _date(d.meta.get("valid_to"), dt.date.max)]
+    status = statuses(docs, today)
+    return [d for d in _ordered(docs, status) if status[d.path] == "valid"]
+
+
+def _priority(d: Document) -> tuple[float, dt.date]:
+    try:
+        priority = float(d.meta.get("source_priority") or 0)
+    except (TypeError, ValueError):
+        priority = 0.0
+    return priority, _date(d.meta.get("valid_from"), dt.date.min)
+
+
+def statuses(docs: list[Document], today: dt.date) -> dict[str, str]:
+    """Each document's status on ``today``: ``valid``, ``expired on …``, ``valid from …``
+    or ``superseded by … (conflict group …)``."""
+    out: dict[str, str] = {}
     best: dict[str, Document] = {}
-    out = []
-    for d in sorted(live, key=lambda d: d.path):
+    for d in sorted(docs, key=lambda d: d.path):
+        start = _date(d.meta.get("valid_from"), dt.date.min)
+        end = _date(d.meta.get("valid_to"), dt.date.max)
+        if today < start:
+            out[d.path] = f"valid from {start.isoformat()}"
+        elif today > end:
+            out[d.path] = f"expired on {end.isoformat()}"
+        else:
+            out[d.path] = "valid"
+            group = str(d.meta.get("conflict_group") or "")
+            if group and (group not in best or _priority(d) > _priority(best[group])):
+                best[group] = d
+    for d in docs:
         group = str(d.meta.get("conflict_group") or "")
-        if not group:
-            out.append(d)
-            continue
-        rank = (float(d.meta.get("source_priority") or 0), _date(d.meta.get("valid_from"), dt.date.min))
-        cur = best.get(group)
-        if cur is None or rank > (float(cur.meta.get("source_priority") or 0),
-                                  _date(cur.meta.get("valid_from"), dt.date.min)):
-            best[group] = d
-    return out + [best[g] for g in sorted(best)]
+        if out[d.path] == "valid" and group and best[group] is not d:
+            out[d.path] = f"superseded by {best[group].path} (conflict group {group})"
+    return out
+
+
+def _ordered(docs: list[Document], status: dict[str, str]) -> list[Document]:
+    """Documents without a conflict group by path, then each group's survivor by group."""
+    loose = sorted((d for d in docs if not d.meta.get("conflict_group")), key=lambda d: d.path)
+    grouped = sorted((d for d in docs if d.meta.get("conflict_group") and status[d.path] == "valid"),
+                     key=lambda d: str(d.meta.get("conflict_group")))
+    return loose + grouped
 
 
 def clauses(text: str) -> list[str]:
@@ -115,6 +163,8 @@ class KnowledgeBase:
         self.folder, self.cache, self.today = folder, cache, today
         self.signature: tuple[tuple[str, float, int], ...] = ()
         self.index = SessionIndex("kb:" + folder, cache)
+        self.documents: list[Document] = []
+        self.errors: dict[str, str] = {}
 
     @classmethod
     def load(cls, folder: str, cache: EmbeddingCache, date: str = "") -> KnowledgeBase:
@@ -126,7 +176,10 @@ class KnowledgeBase:
     def rebuild(self) -> int:
         """(Re)index the folder; returns the number of clauses."""
         self.signature = _signature(self.folder)
-        docs = [d for d in (_read(p) for p, _, _ in self.signature) if d is not None]
+        docs, errors = read_documents([p for p, _, _ in self.signature])
+        for path, error in sorted(errors.items()):
+            log.warning("knowledge base: skipped %s: %s", path, error)
+        self.documents, self.errors = docs, errors
         chunks = []
         for d in valid_documents(docs, self.today):
             name = os.path.relpath(d.path, self.folder)

@@ -39,6 +39,9 @@ from rules.query_analysis import bm25_weight, first_person, linked_entities, mon
 
 SNIPPET_OVERHEAD = 8  # citation and line framing of one snippet, in tokens
 ZONE_INTRO = "Recalled from earlier in this conversation (#n = original turn number):"
+KB_INTRO = "From the knowledge base (#n = clause number of the document named above it):"
+BOTH_INTRO = ("Recalled from earlier in this conversation (#n = original turn number) and from "
+              "the knowledge base (#n = clause number of the document named above it):")
 
 
 @dataclass(frozen=True)
@@ -186,11 +189,18 @@ def cite(c: Chunk) -> str:
     return f"#{c.index} {who}: {c.text}"
 
 
+def _zone_order(h: Hit) -> tuple[bool, str, int, str]:
+    """Conversation turns in order first, then knowledge clauses by document."""
+    kb = h.chunk.role == "knowledge"
+    return kb, h.chunk.header.split(" §")[0] if kb else "", h.chunk.index, h.chunk.text
+
+
 def render(hits: list[Hit]) -> str:
     """The zone text: header line, intro, then snippets in order under their headers."""
-    lines = [MEMORY_HEADER, ZONE_INTRO]
+    kinds = {h.chunk.role == "knowledge" for h in hits}
+    lines = [MEMORY_HEADER, BOTH_INTRO if len(kinds) == 2 else KB_INTRO if True in kinds else ZONE_INTRO]
     header = None
-    for h in sorted(hits, key=lambda h: (h.chunk.index, h.chunk.text)):
+    for h in sorted(hits, key=_zone_order):
         if h.chunk.header != header and h.chunk.header:
             lines.append(h.chunk.header)
         header = h.chunk.header

@@ -32,6 +32,7 @@ Risks
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -100,6 +101,11 @@ class RetrieveConfig:
             raise ValueError("window, block and top_k must be at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:
             raise ValueError("neighbour_decay must be between 0 and 1")
+        if self.knowledge_date:
+            try:
+                dt.date.fromisoformat(self.knowledge_date)
+            except ValueError:
+                raise ValueError(f"knowledge_date must be an ISO date (YYYY-MM-DD), got {self.knowledge_date!r}") from None
 
 
 def _source(ctx: RequestContext, msgs: list[Any], head: int, cut: int,
