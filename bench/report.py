@@ -54,7 +54,8 @@ def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table
     title = f"{file}: replay of {result['cases']} cases, cache read at {cache_ratio}x"
     table = Table(title=escape(title))
     for name in ("system", "requests", "reduction", "prefix stable (mean)", "full prefix",
-                 "cost vs none", "invalid", "median ms", "p95 ms", "ms @20", "ms @200"):
+                 "cost vs none", "invalid", "median ms", "p95 ms", "ms @20", "ms @200",
+                 "prefetch ms p50/p95"):
         table.add_column(name, justify="left" if name == "system" else "right")
     for name, s in result["systems"].items():
         r = s["replay"]
@@ -63,7 +64,8 @@ def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table
                       _pct(r["prefix_stability_mean"]), _pct(r["full_prefix_share"]),
                       "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.3f}x",
                       str(s["invalid"]), _ms(s["latency_ms"]), _p95(s["latency_ms"]),
-                      _ms(at["20"]), _ms(at["200"]))
+                      _ms(at["20"]), _ms(at["200"]),
+                      f"{_ms(s.get('prefetch_latency_ms', {}))} / {_p95(s.get('prefetch_latency_ms', {}))}")
     return table
 
 

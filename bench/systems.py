@@ -35,6 +35,7 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     failed_open: bool = False
     reverted_because: list[str] = field(default_factory=list)  # the pipeline's invariant check
+    background_ms: float = 0.0  # work done after the request, while the model would reply
 
 
 class Session(Protocol):
@@ -80,6 +81,9 @@ class _EngineSession:
         start = time.perf_counter()
         rw = await self.engine.rewrite(body, self.session_id)
         ms = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
+        self.engine.prefetch()  # the server runs this while the upstream replies
+        background = (time.perf_counter() - start) * 1000
         ctx = rw.result.ctx
         zones = ctx.notes.get("zones")
         zone_line = zones.get("system_line") if isinstance(zones, dict) else None
@@ -87,7 +91,7 @@ class _EngineSession:
         return Outcome(out, ms, journal=list(rw.result.journal),
                        problems=rewrite_problems(messages, out, zone_line),
                        failed_open=rw.result.failed_open,
-                       reverted_because=list(rw.result.problems))
+                       reverted_because=list(rw.result.problems), background_ms=background)
 
 
 @dataclass

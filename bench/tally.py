@@ -29,6 +29,7 @@ class Tally:
     rule_saved: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     rule_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     ms: list[float] = field(default_factory=list)
+    background_ms: list[float] = field(default_factory=list)
     ms_by_length: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     # replay only
     stable_shares: list[float] = field(default_factory=list)
@@ -57,6 +58,7 @@ class Tally:
             if not out.failed_open:  # a reverted rewrite saved nothing
                 self.rule_saved[entry.rule] += entry.saved
         self.ms.append(out.ms)
+        self.background_ms.append(out.background_ms)
         self.ms_by_length[length_bucket(n_messages)].append(out.ms)
 
     def add_probe(self, case_id: str, evidence: tuple[str, ...], retained: bool) -> None:
@@ -99,6 +101,7 @@ class Tally:
             "rule_saved": dict(sorted(self.rule_saved.items())),
             "rule_latency_ms": {r: _latency(v) for r, v in sorted(self.rule_ms.items())},
             "latency_ms": _latency(self.ms),
+            "prefetch_latency_ms": _latency(self.background_ms),
             "latency_ms_by_length": {k: _latency(v) for k, v in sorted(self.ms_by_length.items(),
                                                                       key=_bucket_key)},
         }

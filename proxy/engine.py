@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from proxy.store import Store, open_store
 from proxy.tokens import counter_for_model, get_encoding
 from rules.base import RuleDeps
 
+log = logging.getLogger("context_engine.engine")
 
 @dataclass
 class Rewrite:
@@ -47,11 +49,32 @@ class Engine:
         return loop.run_until_complete(self.rewrite(body, session_id))
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str) -> Rewrite:
-        """``rewrite`` in the rules' worker thread (inline when no rule is enabled)."""
+        """``rewrite`` in the rules' worker thread (inline when no rule is enabled), then
+        the rules' ``prefetch`` queued on that thread: it runs while the upstream works
+        on this request, before the worker takes the next rewrite."""
         if not self.pipeline.rules:
             return await self.rewrite(body, session_id)
-        return await asyncio.get_running_loop().run_in_executor(
+        result = await asyncio.get_running_loop().run_in_executor(
             self._worker, self._rewrite_in_worker, body, session_id)
+        if self._prefetchers:
+            self._worker.submit(self.prefetch)
+        return result
+
+    @property
+    def _prefetchers(self) -> list[Any]:
+        return [r for r in self.pipeline.rules if callable(getattr(r, "prefetch", None))]
+
+    def prefetch(self) -> int:
+        """Work rules do between requests (``retrieve`` embeds turns that will leave the
+        window). It never changes a rewrite's output, only how long the next one takes;
+        a failure is logged and forgotten. Returns the number of items prepared."""
+        done = 0
+        for rule in self._prefetchers:
+            try:
+                done += int(rule.prefetch() or 0)
+            except Exception:  # noqa: BLE001 - prefetching is an optimisation, never fatal
+                log.exception("prefetch of rule %s failed", rule.name)
+        return done
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)

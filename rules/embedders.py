@@ -148,11 +148,20 @@ class MiniLMEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         ids = [e.ids for e in self.tok.encode_batch(texts)]
-        order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+        # Batches hold texts of one token length only: no padding, so a text's vector is
+        # bit-for-bit the same whatever it is embedded with (padding changes the matrix
+        # shapes and with them the float rounding). Embedding ahead of time, or a cold
+        # session embedding all its history at once, then gives the same bytes as
+        # embedding block by block.
+        by_length: dict[int, list[int]] = {}
+        for i, row in enumerate(ids):
+            by_length.setdefault(len(row), []).append(i)
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        for start in range(0, len(order), 32):
-            chunk = order[start:start + 32]
-            out[chunk] = self._batch([ids[i] for i in chunk])
+        for length in sorted(by_length):
+            group = by_length[length]
+            for start in range(0, len(group), 32):
+                chunk = group[start:start + 32]
+                out[chunk] = self._batch([ids[i] for i in chunk])
         return _normalize(out)
 
 

@@ -136,6 +136,7 @@ class Retrieve:
         self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
+        self._ahead: list[tuple[list[Any], int]] = []  # (messages, cut) of recent requests, for prefetch
         self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
             if config.knowledge_dir else None
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
@@ -202,6 +203,34 @@ class Retrieve:
                                 (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars))
         return idx
 
+    def _remember(self, msgs: list[Any], cut: int) -> None:
+        """Note a request's raw tail for ``prefetch`` (the newest few requests only)."""
+        self._ahead = (self._ahead + [(msgs, cut)])[-8:]
+
+    def _leaving_later(self, msgs: list[Any], cut: int) -> list[str]:
+        """What will be embedded when the raw tail's turns leave: the same chunks, cut the
+        same way (their neighbours' edges are already there)."""
+        end = last_user_index(msgs)
+        if end <= cut:
+            return []
+        chunks = chunk_messages(msgs, cut, end, self.config.max_chunk_chars,
+                                (SUMMARY_HEADER, MEMORY_HEADER), self._kept(msgs, cut, end),
+                                self.config.context_chars)
+        return [c.embed_text for c in chunks]
+
+    def prefetch(self) -> int:
+        """Embed the turns that recent requests will drop at a later block boundary. The
+        engine calls this between requests, off the request path, so the request at the
+        boundary finds them embedded. Embeddings are content-addressed and
+        batch-invariant: this changes no output, only when the work is done. Returns the
+        number of texts embedded."""
+        pending, self._ahead = self._ahead, []
+        texts = sorted({t for msgs, cut in pending for t in self._leaving_later(msgs, cut)})
+        before = self.cache.embedded
+        if texts:
+            self.cache.get(texts)
+        return self.cache.embedded - before
+
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
         if self.config.gate == "always" or self.kb is not None:
             return not is_acknowledgement(query)
@@ -233,10 +262,13 @@ class Retrieve:
         head = system_prefix_len(msgs)
         cut = self._epoch_cut(msgs, counter)
         if cut <= head and self.kb is None:
+            self._remember(msgs, head)
             return ctx
         session = ctx.session_id or fingerprint(msgs[:head + 1])
         keep = self._kept(msgs, head, cut)
-        idx = self._index(session, *_source(ctx, msgs, head, cut, keep))
+        source = _source(ctx, msgs, head, cut, keep)
+        self._remember(source[0], source[2])
+        idx = self._index(session, *source)
         zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
         if cut <= head and not zones:
             return ctx

