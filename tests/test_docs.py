@@ -48,3 +48,13 @@ def test_every_rule_module_has_the_documented_sections():
         doc = importlib.import_module(f"rules.{name}").__doc__ or ""
         for section in ("What it does", "Why", "Example", "Options", "Risks"):
             assert section in doc, f"rules/{name}.py docstring lacks {section!r}"
+
+
+def test_readme_rules_table_says_which_rules_are_on_by_default():
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("<!-- rules-table")[1].split("\n## ")[0]
+    for name in REGISTRY:
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        default = row.split(" | ")[2].strip()
+        expected = "on" if name in DEFAULT_RULES else "off"
+        assert default.split(" ")[0].rstrip(":;,") == expected, f"{name}: README says {default!r}"
