@@ -136,7 +136,8 @@ class Retrieve:
         self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
-        self._ahead: list[tuple[list[Any], int]] = []  # (messages, cut) of recent requests, for prefetch
+        self._ahead: list[tuple[str, list[Any], int]] = []  # (session, messages, cut) for prefetch
+        self._prefetched: OrderedDict[str, int] = OrderedDict()  # session → messages done
         self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
             if config.knowledge_dir else None
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
@@ -203,9 +204,9 @@ class Retrieve:
                                 (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars))
         return idx
 
-    def _remember(self, msgs: list[Any], cut: int) -> None:
+    def _remember(self, session: str, msgs: list[Any], cut: int) -> None:
         """Note a request's raw tail for ``prefetch`` (the newest few requests only)."""
-        self._ahead = (self._ahead + [(msgs, cut)])[-8:]
+        self._ahead = (self._ahead + [(session, msgs, cut)])[-8:]
 
     def _leaving_later(self, msgs: list[Any], cut: int) -> list[str]:
         """What will be embedded when the raw tail's turns leave: the same chunks, cut the
@@ -225,10 +226,16 @@ class Retrieve:
         batch-invariant: this changes no output, only when the work is done. Returns the
         number of texts embedded."""
         pending, self._ahead = self._ahead, []
-        texts = sorted({t for msgs, cut in pending for t in self._leaving_later(msgs, cut)})
+        texts: set[str] = set()
+        for session, msgs, cut in pending:
+            done = self._prefetched.pop(session, 0)
+            texts.update(self._leaving_later(msgs, max(cut, done)))
+            self._prefetched[session] = max(done, last_user_index(msgs))  # turns seen once
+            while len(self._prefetched) > 4 * self.config.max_sessions:
+                self._prefetched.popitem(last=False)
         before = self.cache.embedded
         if texts:
-            self.cache.get(texts)
+            self.cache.get(sorted(texts))
         return self.cache.embedded - before
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
@@ -262,12 +269,12 @@ class Retrieve:
         head = system_prefix_len(msgs)
         cut = self._epoch_cut(msgs, counter)
         if cut <= head and self.kb is None:
-            self._remember(msgs, head)
+            self._remember(ctx.session_id or fingerprint(msgs[:head + 1]), msgs, head)
             return ctx
         session = ctx.session_id or fingerprint(msgs[:head + 1])
         keep = self._kept(msgs, head, cut)
         source = _source(ctx, msgs, head, cut, keep)
-        self._remember(source[0], source[2])
+        self._remember(session, source[0], source[2])
         idx = self._index(session, *source)
         zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
         if cut <= head and not zones:
