@@ -7,8 +7,13 @@ What it does
     chunk keeping its turn number, speaker, session/date header and tool name. On a
     substantive user turn (not "thanks"/"ok"/"好的"), a hybrid search (BM25 over
     stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
-    weighted up for ids, numbers, dates, code) picks the relevant snippets, and they come
-    back as one ``[context-engine:memory]`` user message just before that user turn.
+    weighted up for ids, numbers, dates, code; the question also in its parts and in a
+    named speaker's own words; its month and year scoping sessions; names in the best
+    hits searched again; neighbouring turns decayed by distance — ``memory_search``)
+    picks the relevant snippets, and they come back as one ``[context-engine:memory]``
+    user message just before that user turn. Between requests, ``prefetch`` embeds the
+    turns that will leave the window next, so the request at a block boundary finds
+    them embedded.
 
 Why
     Clients resend the whole history; most of it is irrelevant to the current turn.
