@@ -49,18 +49,18 @@ from rules.base import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
     RuleDeps,
-    closed_block_count,
     fingerprint,
     last_user_index,
     option,
     system_prefix_len,
     text_of,
-    units,
 )
 from rules.embedders import make_embedder
 from rules.knowledge_base import KnowledgeBase
-from rules.memory_index import EmbeddingCache, SessionIndex, chunk_messages
+from rules.memory_index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
+from rules.memory_prefetch import Prefetcher
 from rules.memory_search import SNIPPET_OVERHEAD, Hit, SearchParams, fused_scores, render, select
+from rules.memory_window import Tail, source
 from rules.query_analysis import asks_for_memory, is_acknowledgement, terms
 
 log = logging.getLogger("context_engine.retrieve")
@@ -113,20 +113,6 @@ class RetrieveConfig:
                 raise ValueError(f"knowledge_date must be an ISO date (YYYY-MM-DD), got {self.knowledge_date!r}") from None
 
 
-def _source(ctx: RequestContext, msgs: list[Any], head: int, cut: int,
-            keep: frozenset[int]) -> tuple[list[Any], int, int, frozenset[int]]:
-    """What to index: the closed prefix as this rule sees it, or, when an earlier rule
-    (summarize) replaced raw turns there by summaries, the client's own turns before the
-    same raw tail, so that memory still holds their words."""
-    original = ctx.original
-    if original is None or original is msgs or not any(
-            text_of(msgs[i]).startswith(SUMMARY_HEADER) for i in range(head, cut)):
-        return msgs, head, cut, keep
-    head_o = system_prefix_len(original)
-    cut_o = max(head_o, min(len(original), len(original) - (len(msgs) - cut)))
-    return original, head_o, cut_o, frozenset()
-
-
 def _is_memory(m: Any) -> bool:
     return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
 
@@ -141,8 +127,9 @@ class Retrieve:
         self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
-        self._ahead: list[tuple[str, list[Any], int]] = []  # (session, messages, cut) for prefetch
-        self._prefetched: OrderedDict[str, int] = OrderedDict()  # session → messages done
+        self.tail = Tail(config.window, config.block, config.min_closed_tokens,
+                         config.min_drop_ratio, config.keep_tool_units)
+        self.ahead = Prefetcher(self.cache, self._tail_chunks, 4 * config.max_sessions)
         self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
             if config.knowledge_dir else None
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
@@ -152,52 +139,13 @@ class Retrieve:
                                    config.neighbour_decay, config.first_person, config.date_boost)
         log.info("retrieve: embedder %s", self.embedder.name)
 
-    def _epoch_cut(self, msgs: list[Any], counter: TokenCounter) -> int:
-        """Where the raw tail begins. When an earlier rule (summarize) already replaced the
-        closed prefix by summaries, the tail begins after the last of them: this rule then
-        drops nothing more and only brings back the replaced turns' words from memory."""
-        head = system_prefix_len(msgs)
-        lu = last_user_index(msgs)
-        summaries = [i for i in range(head, max(lu, head)) if text_of(msgs[i]).startswith(SUMMARY_HEADER)]
-        if summaries:
-            return summaries[-1] + 1
-        return self._cut(msgs, counter)
+    def _chunks(self, msgs: list[Any], start: int, end: int, keep: frozenset[int]) -> list[Chunk]:
+        return chunk_messages(msgs, start, end, self.config.max_chunk_chars,
+                              (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars)
 
-    def _cut(self, msgs: list[Any], counter: TokenCounter) -> int:
-        """Where the raw tail begins: the latest block boundary whose drop pays off.
-
-        Never past the last user turn. A boundary is taken when the turns that leave hold
-        ``min_closed_tokens`` and ``min_drop_ratio`` times what stays uncached (system +
-        the next ``window`` units); if the newest fails, the one before is tried, so a
-        prefix that was dropped once stays dropped (no flip-flop of the cached prefix).
-        """
-        cfg = self.config
-        head = system_prefix_len(msgs)
-        spans = units(msgs, head)
-        lu = last_user_index(msgs)
-        closed = closed_block_count(len(spans), cfg.window, cfg.block)
-        for k in range(closed, 0, -1):
-            end = spans[k * cfg.block - 1][1]
-            if 0 <= lu < end:
-                end = max([b for b, _ in spans if b <= lu] + [head])
-            if end > head and self._pays_off(msgs, head, end, counter):
-                return end
-        return head
-
-    def _pays_off(self, msgs: list[Any], head: int, end: int, counter: TokenCounter) -> bool:
-        keep = self._kept(msgs, head, end)
-        leaving = counter.messages([msgs[i] for i in range(head, end) if i not in keep])
-        after = units(msgs, end)[: self.config.window]
-        staying = counter.messages(msgs[:head] + msgs[end:after[-1][1] if after else end])
-        return leaving >= max(self.config.min_closed_tokens, self.config.min_drop_ratio * staying)
-
-    def _kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
-        """Closed-prefix messages that stay: summaries, and tool-call units if configured."""
-        keep = {i for i in range(head, cut) if text_of(msgs[i]).startswith(SUMMARY_HEADER)}
-        if self.config.keep_tool_units:
-            keep |= {i for b, e in units(msgs[:cut], head) if msgs[b].get("tool_calls")
-                     for i in range(b, e)}
-        return frozenset(keep)
+    def _tail_chunks(self, msgs: list[Any], start: int, end: int) -> list[Chunk]:
+        """The chunks turns ``start:end`` will have when they leave (``prefetch``)."""
+        return self._chunks(msgs, start, end, self.tail.kept(msgs, start, end))
 
     def _index(self, session: str, msgs: list[Any], head: int, cut: int,
                keep: frozenset[int]) -> SessionIndex:
@@ -205,43 +153,13 @@ class Retrieve:
         self.sessions[session] = idx
         while len(self.sessions) > self.config.max_sessions:
             self.sessions.popitem(last=False)
-        idx.sync(chunk_messages(msgs, head, cut, self.config.max_chunk_chars,
-                                (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars))
+        idx.sync(self._chunks(msgs, head, cut, keep))
         return idx
 
-    def _remember(self, session: str, msgs: list[Any], cut: int) -> None:
-        """Note a request's raw tail for ``prefetch`` (the newest few requests only)."""
-        self._ahead = (self._ahead + [(session, msgs, cut)])[-8:]
-
-    def _leaving_later(self, msgs: list[Any], cut: int) -> list[str]:
-        """What will be embedded when the raw tail's turns leave: the same chunks, cut the
-        same way (their neighbours' edges are already there)."""
-        end = last_user_index(msgs)
-        if end <= cut:
-            return []
-        chunks = chunk_messages(msgs, cut, end, self.config.max_chunk_chars,
-                                (SUMMARY_HEADER, MEMORY_HEADER), self._kept(msgs, cut, end),
-                                self.config.context_chars)
-        return [c.embed_text for c in chunks]
-
     def prefetch(self) -> int:
-        """Embed the turns that recent requests will drop at a later block boundary. The
-        engine calls this between requests, off the request path, so the request at the
-        boundary finds them embedded. Embeddings are content-addressed and
-        batch-invariant: this changes no output, only when the work is done. Returns the
-        number of texts embedded."""
-        pending, self._ahead = self._ahead, []
-        texts: set[str] = set()
-        for session, msgs, cut in pending:
-            done = self._prefetched.pop(session, 0)
-            texts.update(self._leaving_later(msgs, max(cut, done)))
-            self._prefetched[session] = max(done, last_user_index(msgs))  # turns seen once
-            while len(self._prefetched) > 4 * self.config.max_sessions:
-                self._prefetched.popitem(last=False)
-        before = self.cache.embedded
-        if texts:
-            self.cache.get(sorted(texts))
-        return self.cache.embedded - before
+        """Embed, between requests, the turns recent requests will drop at a later block
+        boundary (``memory_prefetch``); returns the number of texts embedded."""
+        return self.ahead.run()
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
         if self.config.gate == "always" or self.kb is not None:
@@ -272,15 +190,15 @@ class Retrieve:
         if lu < 0:
             return ctx
         head = system_prefix_len(msgs)
-        cut = self._epoch_cut(msgs, counter)
-        if cut <= head and self.kb is None:
-            self._remember(ctx.session_id or fingerprint(msgs[:head + 1]), msgs, head)
-            return ctx
+        cut = self.tail.epoch_cut(msgs, counter)
         session = ctx.session_id or fingerprint(msgs[:head + 1])
-        keep = self._kept(msgs, head, cut)
-        source = _source(ctx, msgs, head, cut, keep)
-        self._remember(session, source[0], source[2])
-        idx = self._index(session, *source)
+        if cut <= head and self.kb is None:
+            self.ahead.remember(session, msgs, head)
+            return ctx
+        keep = self.tail.kept(msgs, head, cut)
+        indexed = source(ctx, msgs, head, cut, keep)
+        self.ahead.remember(session, indexed[0], indexed[2])
+        idx = self._index(session, *indexed)
         zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
         if cut <= head and not zones:
             return ctx
@@ -312,7 +230,7 @@ class Retrieve:
         left = counter.messages(dropped) if dropped else self.params.max_tokens
         kept_text = [text_of(msgs[i]) for i in sorted(keep)]
         for u in users:
-            if u != lu and self._epoch_cut(msgs[: u + 1], counter) != cut:
+            if u != lu and self.tail.epoch_cut(msgs[: u + 1], counter) != cut:
                 continue
             query = text_of(msgs[u])
             window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
