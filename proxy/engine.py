@@ -40,6 +40,7 @@ class Engine:
         # worker thread with its own event loop, so the server's loop keeps relaying other
         # streams, and rule state is only ever touched by that one thread.
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rules")
+        self._prefetchers = [r for r in self.pipeline.rules if callable(getattr(r, "prefetch", None))]
         self._worker_loop = threading.local()
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str) -> Rewrite:
@@ -60,10 +61,6 @@ class Engine:
             self._worker.submit(self.prefetch)
         return result
 
-    @property
-    def _prefetchers(self) -> list[Any]:
-        return [r for r in self.pipeline.rules if callable(getattr(r, "prefetch", None))]
-
     def prefetch(self) -> int:
         """Work rules do between requests (``retrieve`` embeds turns that will leave the
         window). It never changes a rewrite's output, only how long the next one takes;
@@ -72,7 +69,7 @@ class Engine:
         for rule in self._prefetchers:
             try:
                 done += int(rule.prefetch() or 0)
-            except Exception:  # noqa: BLE001 - prefetching is an optimisation, never fatal
+            except Exception:  # prefetching is an optimisation, never fatal
                 log.exception("prefetch of rule %s failed", rule.name)
         return done
 

@@ -35,7 +35,14 @@ import numpy as np
 from proxy.tokens import TokenCounter
 from rules.base import MEMORY_HEADER
 from rules.memory_index import Chunk, SessionIndex
-from rules.query_analysis import bm25_weight, first_person, linked_entities, months, sub_queries, terms
+from rules.query_analysis import (
+    bm25_weight,
+    first_person,
+    linked_entities,
+    months,
+    sub_queries,
+    terms,
+)
 
 SNIPPET_OVERHEAD = 8  # citation and line framing of one snippet, in tokens
 ZONE_INTRO = "Recalled from earlier in this conversation (#n = original turn number):"
@@ -120,10 +127,11 @@ def _fuse(index: SessionIndex, queries: list[str], embed: Any, p: SearchParams) 
 
 def _speaker_factor(index: SessionIndex, query: str, weight: float) -> np.ndarray:
     """Entity link: when the query names a speaker, other speakers' turns weigh less."""
+    if weight >= 1.0:
+        return np.ones(len(index.chunks))
     words = set(query.lower().replace("'s", " ").split())
-    speakers = {c.speaker for c in index.chunks}
-    named = {s for s in speakers if s in words or s.split(" ")[0] in words}
-    if not named or weight >= 1.0:
+    named = {s for s in {c.speaker for c in index.chunks} if s in words or s.split(" ")[0] in words}
+    if not named:
         return np.ones(len(index.chunks))
     return np.array([1.0 if c.speaker in named else weight for c in index.chunks])
 

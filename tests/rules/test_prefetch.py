@@ -16,8 +16,8 @@ from proxy.engine import Engine
 from proxy.settings import load_settings
 from proxy.store import MemoryStore
 from rules.embedders import HashingEmbedder, make_embedder, minilm_dir
-from tests.rules.test_retrieve import SMALL, CountingEmbedder, apply, chat, rule
 from tests.harness import make_deps
+from tests.rules.test_retrieve import SMALL, CountingEmbedder, apply, chat, rule
 
 
 def conversation_points(n_pairs: int = 24) -> list[list[dict]]:

@@ -29,6 +29,10 @@ class RecordingEmbedder(HashingEmbedder):
         return super().embed(texts)
 
 
+def scores(idx: SessionIndex, query: str, **changes) -> np.ndarray:
+    return fused_scores(idx, query, idx.cache.get, dataclasses.replace(PARAMS, **changes))
+
+
 def index_of(turns: list[str], embedder: HashingEmbedder | None = None) -> SessionIndex:
     msgs = [{"role": "system", "content": "Chat between Caroline and Melanie."}]
     msgs += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
@@ -72,10 +76,10 @@ def test_first_person_form_is_searched_when_the_query_names_a_speaker():
     emb = RecordingEmbedder()
     idx = index_of(FILLER, emb)
     q = "What does Melanie do to relax?"
-    fused_scores(idx, q, idx.cache.get, dataclasses.replace(PARAMS, first_person=True))
+    scores(idx, q, first_person=True)
     assert "What does I do to relax?" in emb.texts
     emb.texts.clear()
-    fused_scores(idx, "What is the plan?", idx.cache.get, dataclasses.replace(PARAMS, first_person=True))
+    scores(idx, "What is the plan?", first_person=True)
     assert emb.texts == ["What is the plan?"]
 
 
@@ -85,13 +89,11 @@ def test_date_boost_prefers_the_session_the_query_dates():
     turns += ["[Session 2, 9:00 am on 20 April, 2022]\nMelanie: I played chess in the park all afternoon."]
     idx = index_of(turns)
     q = "What did Melanie play in April 2022?"
-    flat = fused_scores(idx, q, idx.cache.get, PARAMS)
-    scoped = fused_scores(idx, q, idx.cache.get, dataclasses.replace(PARAMS, date_boost=0.2))
     april = len(turns) - 1
-    assert np.allclose(scoped - flat, [0.2 if i == april else 0.0 for i in range(len(turns))])
-    assert fused_scores(idx, "What did Melanie play?", idx.cache.get,
-                        dataclasses.replace(PARAMS, date_boost=0.2)).tolist() \
-        == fused_scores(idx, "What did Melanie play?", idx.cache.get, PARAMS).tolist()
+    assert np.allclose(scores(idx, q, date_boost=0.2) - scores(idx, q),
+                       [0.2 if i == april else 0.0 for i in range(len(turns))])
+    undated = "What did Melanie play?"
+    assert scores(idx, undated, date_boost=0.2).tolist() == scores(idx, undated).tolist()
 
 
 def test_expansion_follows_a_title_to_the_turn_that_names_it():
@@ -99,10 +101,12 @@ def test_expansion_follows_a_title_to_the_turn_that_names_it():
     turns += ["Melanie: Finished Becoming Nicole last night, it made me cry."]
     idx = index_of(turns)
     q = "What book did Caroline recommend?"
-    plain = fused_scores(idx, q, idx.cache.get, PARAMS)
-    linked = fused_scores(idx, q, idx.cache.get, dataclasses.replace(PARAMS, expansion=0.7))
+    plain, linked = scores(idx, q), scores(idx, q, expansion=0.7)
     last = len(turns) - 1
-    rank = lambda s: sorted(range(len(s)), key=lambda i: (-s[i], i)).index(last)  # noqa: E731
+
+    def rank(s: np.ndarray) -> int:
+        return sorted(range(len(s)), key=lambda i: (-s[i], i)).index(last)
+
     assert rank(linked) < rank(plain)
     assert rank(linked) <= 2
     assert linked[last] <= 0.7 * linked[0] + 1e-9  # scaled by the score of the hit it came from
