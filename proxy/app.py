@@ -19,12 +19,13 @@ from proxy.chat import ChatCompletions
 from proxy.dashboard import dashboard_html
 from proxy.engine import Engine
 from proxy.finish import Finisher
+from proxy.health import health, watch
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
 from proxy.report import parse_since
 from proxy.settings import Settings
-from proxy.stats import stats_from_ledger
+from proxy.stats import FLUSH_WAIT, stats_after_flush
 from proxy.upstream import Upstream
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -40,26 +41,22 @@ async def http_error(request: Request, exc: Exception) -> Response:
                         status_code=status)
 
 
-def _stats_after_flush(ledger: Ledger, since: float | None) -> dict[str, Any]:
-    ledger.flush()
-    return stats_from_ledger(ledger.path, since)
-
-
 def create_app(settings: Settings, engine: Engine | None = None,
                transport: httpx.AsyncBaseTransport | None = None,
                ledger: Ledger | None = None) -> Starlette:
     engine = engine or Engine(settings)
-    ledger = ledger if ledger is not None else Ledger(settings.ledger)
+    ledger = ledger if ledger is not None else Ledger(settings.ledger, settings.ledger_retention_days)
     upstream = Upstream(settings.upstream, settings.upstream_timeout, settings.connect_timeout,
                         transport=transport)
     metrics = Metrics()
     finisher = Finisher(engine, ledger, metrics)
+    watch(metrics, ledger, engine.store, finisher)
     chat = ChatCompletions(engine, upstream, finisher)
     passthrough = Passthrough(upstream)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({
-            "status": "ok", "version": __version__, "mode": settings.mode,
+            **health(ledger, engine.store, finisher), "version": __version__, "mode": settings.mode,
             "rules": engine.pipeline.names, "upstream": settings.upstream,
             "rule_failures": dict(engine.stats.rule_failures),
             "invariant_failures": engine.stats.invariant_failures,
@@ -74,8 +71,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
         except ValueError as exc:
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
                                            "param": "since", "code": "invalid_since"}}, status_code=400)
-        await finisher.drain()
-        data = await asyncio.to_thread(_stats_after_flush, ledger, since)
+        await finisher.drain(FLUSH_WAIT)
+        data = await asyncio.to_thread(stats_after_flush, ledger, since)
         return JSONResponse(data)
 
     async def dashboard(request: Request) -> Response:

@@ -17,7 +17,7 @@ from proxy.usage_tap import Usage
 from rules.base import MEMORY_HEADER, text_of
 
 log = logging.getLogger("context_engine.finish")
-MAX_PENDING = 256
+MAX_SHADOW_BACKLOG = 256  # shadow rewrites waiting for the rules thread; beyond it, skipped
 
 
 def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
@@ -49,6 +49,7 @@ class Finisher:
         self.oscillation = Oscillation()
         self.pending: set[asyncio.Task[None]] = set()
         self.skipped_shadow = 0
+        self.shadow_backlog = 0
         self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
 
     def begin(self) -> None:
@@ -56,10 +57,11 @@ class Finisher:
 
     def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
                  usage: Usage, shadow: bool) -> None:
-        if shadow and len(self.pending) >= MAX_PENDING:
+        if shadow and self.shadow_backlog >= MAX_SHADOW_BACKLOG:
             self.skipped_shadow += 1
             shadow = False
             row.error = row.error or "shadow skipped: backlog full"
+        self.shadow_backlog += shadow
         task = asyncio.get_running_loop().create_task(self._finish(row, data, rewrite, usage, shadow))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
@@ -68,7 +70,10 @@ class Finisher:
                       usage: Usage, shadow: bool) -> None:
         try:
             if shadow:
-                rewrite = await _shadow_rewrite(self.engine, data, row.session)
+                try:
+                    rewrite = await _shadow_rewrite(self.engine, data, row.session)
+                finally:
+                    self.shadow_backlog -= 1
                 fill_from_rewrite(row, rewrite)
             messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
             row.utilization = utilization(data_segments(messages), usage.text)
@@ -81,15 +86,26 @@ class Finisher:
             row.tool_retries = tool_retries(data["messages"])
         except Exception:  # the edge: metrics never lose the ledger row
             log.exception("finishing a request failed")
-        if self.ledger is not None:
-            self.ledger.record(row)
-        if self.metrics is not None:
-            self.metrics.observe(row)
-        self.unfinished -= 1
+        try:
+            if self.ledger is not None:
+                self.ledger.record(row)
+            if self.metrics is not None:
+                self.metrics.observe(row)
+        except Exception:  # the edge: a metric that cannot be counted is only logged
+            log.exception("recording a request failed")
+        finally:
+            self.unfinished -= 1
 
-    async def drain(self) -> None:
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the finishing tasks (at most ``timeout`` s); False if some are left."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         while self.pending:
-            await asyncio.gather(*list(self.pending), return_exceptions=True)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait(list(self.pending), timeout=left)
+        return True
 
     def close(self) -> None:
         self.engine.close()

@@ -39,6 +39,8 @@ class Settings:
                                 metadata={"help": "largest request body accepted (413 above)"})
     ledger: str = field(default=".context-engine/ledger.db",
                         metadata={"help": "SQLite ledger path (one row per request)"})
+    ledger_retention_days: float = field(
+        default=0.0, metadata={"help": "delete ledger rows older than this many days (0 = keep forever)"})
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
@@ -205,6 +207,8 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"port: {s.port} is out of range 1-65535")
     if not 0.0 <= s.ab_share <= 1.0:
         raise ConfigError(f"ab_share: {s.ab_share} must be between 0 and 1")
+    if s.ledger_retention_days < 0:
+        raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     levels = ("debug", "info", "warning", "error")

@@ -8,7 +8,9 @@ from typing import Any
 
 from proxy import ab_compare
 from proxy.aggregate import by_rule, overall, slowest, totals_by
-from proxy.ledger import read_rows
+from proxy.ledger import Ledger, read_rows
+
+FLUSH_WAIT = 1.0  # seconds /stats waits for queued rows; it never blocks longer
 
 
 def _mean(values: list[float]) -> float | None:
@@ -39,3 +41,11 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
 
 def stats_from_ledger(path: str, since: float | None) -> dict[str, Any]:
     return stats(read_rows(path, since), since)
+
+
+def stats_after_flush(ledger: Ledger, since: float | None, wait: float = FLUSH_WAIT) -> dict[str, Any]:
+    """The stats after a bounded wait for queued rows; ``ledger`` says whether all were in."""
+    complete = ledger.flush(wait)
+    data = stats_from_ledger(ledger.path, since)
+    data["ledger"] = {**ledger.health(), "complete": complete}
+    return data
