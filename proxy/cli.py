@@ -40,8 +40,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("context_engine").info(
         "context-engine on http://%s:%d → %s, mode %s, rules: %s", settings.host, settings.port,
         settings.upstream, settings.mode, ", ".join(settings.rules) or "(none: passthrough)")
+    # SIGTERM/SIGINT: stop accepting, let requests in flight finish (at most as long as an
+    # upstream may take), then the app's shutdown drains the finishing tasks and flushes the
+    # ledger. A second Ctrl-C (SIGINT) exits at once.
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False)
+                access_log=False, timeout_graceful_shutdown=int(settings.upstream_timeout) + 1)
     return 0
 
 
