@@ -1,14 +1,26 @@
-"""A Redis-backed store so several proxy replicas share summaries, originals and memory."""
+"""A Redis-backed store so several proxy replicas share summaries, originals and memory.
+
+Every call is bounded: 200 ms to connect and 200 ms per reply by default, no retries
+(``open_store`` puts a circuit breaker in front, which decides when to try again). The
+URL's own ``socket_timeout`` / ``socket_connect_timeout`` query parameters override them:
+``redis://host:6379/0?socket_timeout=0.5``.
+"""
 
 from __future__ import annotations
 
+TIMEOUT = 0.2  # seconds, to connect and per reply
+
 
 class RedisStore:
-    def __init__(self, url: str, prefix: str = "ce:") -> None:
+    def __init__(self, url: str, prefix: str = "ce:", timeout: float = TIMEOUT) -> None:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
-        self._client = redis.Redis.from_url(url)
+        self._client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout,
+                                            retry=Retry(NoBackoff(), 0))
         self._prefix = prefix
+        self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
 
     def get(self, key: str) -> bytes | None:
         value = self._client.get(self._prefix + key)
@@ -16,3 +28,6 @@ class RedisStore:
 
     def set(self, key: str, value: bytes) -> None:
         self._client.set(self._prefix + key, value)
+
+    def close(self) -> None:
+        self._client.close()

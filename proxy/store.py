@@ -1,12 +1,18 @@
 """Key-value stores for things rules keep across requests (tool originals, summaries).
 
 ``DiskStore`` (diskcache) is the embedded default; ``MemoryStore`` serves tests and the
-bench. Values are bytes; keys are short strings.
+bench; Redis (shared by replicas) comes behind a circuit breaker (``store_breaker``): in
+an outage its calls raise ``StoreUnavailable`` at once and the rules using it fail open.
+Values are bytes; keys are short strings.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
+
+
+class StoreUnavailable(Exception):
+    """The store did not answer (or its circuit is open); the calling rule fails open."""
 
 
 class Store(Protocol):
@@ -49,6 +55,7 @@ def open_store(url: str) -> Store:
         return MemoryStore()
     if url.startswith(("redis://", "rediss://")):
         from proxy.redis_store import RedisStore
+        from proxy.store_breaker import GuardedStore
 
-        return RedisStore(url)
+        return GuardedStore(RedisStore(url))
     return DiskStore(url)

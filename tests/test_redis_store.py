@@ -11,6 +11,7 @@ import pytest
 
 from proxy.redis_store import RedisStore
 from proxy.store import open_store
+from proxy.store_breaker import GuardedStore
 from rules.tool_json import ToolJson, original_id
 from tests.harness import make_deps
 
@@ -21,7 +22,7 @@ needs_redis = pytest.mark.skipif(not REDIS, reason="set CONTEXT_ENGINE_TEST_REDI
 @needs_redis
 def test_redis_store_round_trip():
     store = open_store(REDIS)
-    assert isinstance(store, RedisStore)
+    assert isinstance(store, GuardedStore) and isinstance(store.inner, RedisStore)
     key = f"test:{uuid.uuid4()}"
     assert store.get(key) is None
     store.set(key, b"\x00bytes\xff")
