@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import OrderedDict
 from typing import Any, Iterable
@@ -72,14 +73,16 @@ def tool_retries(messages: list[dict[str, Any]]) -> int:
 
 
 class Oscillation:
-    """Remembers each session's last injected snippets (bounded, least recent evicted)."""
+    """Remembers each session's last injected snippets as 8-byte digests (bounded in
+    sessions, least recent evicted, and in bytes per session)."""
 
     def __init__(self, max_sessions: int = 10_000) -> None:
-        self._last: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._last: OrderedDict[str, frozenset[bytes]] = OrderedDict()
         self._max = max_sessions
 
     def observe(self, session: str, snippets: Iterable[str]) -> float | None:
-        current = frozenset(snippets)
+        current = frozenset(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                            for s in snippets)
         previous = self._last.pop(session, None)
         self._last[session] = current
         if len(self._last) > self._max:

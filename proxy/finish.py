@@ -50,6 +50,7 @@ class Finisher:
         self.pending: set[asyncio.Task[None]] = set()
         self.skipped_shadow = 0
         self.shadow_backlog = 0
+        self.max_shadow_backlog = MAX_SHADOW_BACKLOG
         self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
 
     def begin(self) -> None:
@@ -57,7 +58,7 @@ class Finisher:
 
     def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
                  usage: Usage, shadow: bool) -> None:
-        if shadow and self.shadow_backlog >= MAX_SHADOW_BACKLOG:
+        if shadow and self.shadow_backlog >= self.max_shadow_backlog:
             self.skipped_shadow += 1
             shadow = False
             row.error = row.error or "shadow skipped: backlog full"

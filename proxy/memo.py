@@ -17,6 +17,7 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+SHORT = 256  # characters: shorter keys go to a C lru_cache (fast; bytes bounded by its size)
 ENTRY_OVERHEAD = 100  # bytes charged per entry on top of its key and value (dict slot, node)
 
 
@@ -78,22 +79,28 @@ class BoundedCache(Generic[K, V]):
             return list(self._data)
 
 
-def memoize(max_entries: int, max_bytes: int) -> Callable[[Callable[[str], V]], Callable[[str], V]]:
-    """Memoise a pure function of one string within both caps (``fn.cache`` to inspect)."""
+def memoize(max_entries: int, max_bytes: int, short: int = SHORT
+            ) -> Callable[[Callable[[str], V]], Callable[[str], V]]:
+    """Memoise a pure function of one string within caps: texts up to ``short`` characters
+    in a C ``lru_cache`` of ``max_entries`` (bytes bounded by entries x ``short``), longer
+    ones in a ``BoundedCache`` of ``max_entries`` and ``max_bytes`` (``fn.cache``)."""
 
     def wrap(fn: Callable[[str], V]) -> Callable[[str], V]:
+        fast = functools.lru_cache(maxsize=max_entries)(fn)
         cache: BoundedCache[str, Any] = BoundedCache(max_entries, max_bytes)
-        missing = object()
 
         @functools.wraps(fn)
         def cached(text: str) -> V:
-            found = cache.get(text, missing)
-            if found is missing:
+            if len(text) <= short:
+                return fast(text)
+            found = cache.get(text)
+            if found is None:
                 found = fn(text)
                 cache.put(text, found)
             return found  # type: ignore[no-any-return]
 
         cached.cache = cache  # type: ignore[attr-defined]
+        cached.fast = fast  # type: ignore[attr-defined]
         return cached
 
     return wrap

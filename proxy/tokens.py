@@ -6,12 +6,16 @@ encoding loads, so nothing is downloaded. Counts follow OpenAI's cookbook recipe
 3 tokens per message, 1 more for a name, 3 to prime the reply, plus the tool schemas.
 
 Message contents repeat across requests (clients resend the whole history), so the
-count of each string is cached; a request costs what is new in it.
+count of each string is cached; a request costs what is new in it. Short strings are
+cached as themselves (an ``lru_cache``: at most ``SHORT_ENTRIES`` x 256 characters);
+longer ones under a 16-byte BLAKE2b digest in a ``BoundedCache`` with an entry and a
+byte cap, so a history of multi-megabyte tool outputs costs bytes, not megabytes, each.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -20,6 +24,7 @@ from typing import Any
 
 import tiktoken
 
+from proxy.memo import SHORT, BoundedCache
 from proxy.types import Message
 
 DEFAULT_ENCODING = "o200k_base"
@@ -27,6 +32,8 @@ PER_MESSAGE = 3
 PER_NAME = 1
 REPLY_PRIMING = 3
 IMAGE_PART_TOKENS = 85  # a low-detail image; the proxy never rewrites images
+SHORT_ENTRIES = 50_000
+LONG_COUNTS: BoundedCache[tuple[str, bytes], int] = BoundedCache(100_000, 32 * 1024 * 1024)
 
 
 def _point_cache_at_litellm() -> None:
@@ -68,7 +75,14 @@ class TokenCounter:
     encoding: str = DEFAULT_ENCODING
 
     def text(self, s: str) -> int:
-        return _count_cached(self.encoding, s)
+        if len(s) <= SHORT:
+            return _count_short(self.encoding, s)
+        key = (self.encoding, hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+        n = LONG_COUNTS.get(key)
+        if n is None:
+            n = _count(self.encoding, s)
+            LONG_COUNTS.put(key, n)
+        return n  # type: ignore[no-any-return]
 
     def message(self, m: Message | dict[str, Any]) -> int:
         n = PER_MESSAGE + self.text(str(m.get("role", "")))
@@ -100,11 +114,13 @@ class TokenCounter:
         return self.messages(messages) + self.tools(tools)
 
 
-@functools.lru_cache(maxsize=20_000)
-def _count_cached(encoding: str, s: str) -> int:
+def _count(encoding: str, s: str) -> int:
     if not s:
         return 0
     return len(get_encoding(encoding).encode_ordinary(s))
+
+
+_count_short = functools.lru_cache(maxsize=SHORT_ENTRIES)(_count)
 
 
 def counter_for_model(model: str) -> tuple[TokenCounter, bool]:

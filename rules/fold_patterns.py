@@ -7,9 +7,10 @@ a missed fold costs a few tokens, a wrong fold loses a fact.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
+
+from proxy.memo import memoize
 
 # Punctuation that only decorates text: quotes and brackets around a word, sentence marks
 # after it (never inside a word or before it, so "3.5" ≠ "35" and "-5" ≠ "5") and, for
@@ -20,11 +21,12 @@ _DECOR = re.compile(rf"(?<!\S)[{_QUOTES}]+|[{_QUOTES}{_TRAILING}]+(?!\S)")
 _CJK_PUNCT = re.compile(r"[，。！？、；：“”‘’（）《》【】…—～·「」『』]")
 
 
-@functools.lru_cache(maxsize=20_000)
+@memoize(max_entries=20_000, max_bytes=32 * 1024 * 1024)
 def normalize(text: str) -> str:
     """Casefold, drop CJK punctuation and word-edge punctuation, collapse whitespace.
 
-    Memoised: clients resend their whole history, so most texts were seen before.
+    Memoised (entry and byte caps): clients resend their whole history, so most texts
+    were seen before.
     """
     return " ".join(_DECOR.sub("", _CJK_PUNCT.sub(" ", text.casefold())).split())
 

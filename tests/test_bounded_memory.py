@@ -1,0 +1,110 @@
+"""Memory stays bounded: content-keyed caches have entry and byte caps, the shadow backlog
+drops and counts, per-session structures are capped."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+
+import httpx
+
+from proxy import tokens
+from proxy.context_metrics import Oscillation
+from proxy.memo import BoundedCache, memoize
+from proxy.tokens import TokenCounter, get_encoding
+from rules.fold_patterns import normalize
+
+
+def test_bounded_cache_keeps_both_caps_and_evicts_least_recent_first():
+    cache: BoundedCache[str, str] = BoundedCache(max_entries=5, max_bytes=2_000)
+    for i in range(5):
+        cache.put(f"k{i}", "v" * 10)
+    cache.get("k0")  # now the most recent
+    cache.put("k5", "v")
+    assert cache.keys() == ["k2", "k3", "k4", "k0", "k5"] and cache.evicted == 1
+    cache.put("big", "x" * 1_500)  # pushes out by bytes
+    assert cache.bytes <= 2_000 and cache.keys()[-1] == "big" and len(cache) < 5
+    cache.put("huge", "x" * 5_000)  # larger than the cap: not kept
+    assert cache.get("huge") is None and cache.bytes <= 2_000
+
+
+def test_memoize_caps_long_texts_by_bytes():
+    calls = []
+
+    @memoize(max_entries=1_000, max_bytes=100_000)
+    def upper(text: str) -> str:
+        calls.append(text)
+        return text.upper()
+
+    texts = [uuid.uuid4().hex * 500 for _ in range(50)]  # 16 kB each, 800 kB in all
+    for t in texts:
+        assert upper(t) == t.upper()
+    assert upper.cache.bytes <= 100_000 and len(upper.cache) < 10
+    assert upper(texts[-1]) == texts[-1].upper() and len(calls) == 50  # the recent one is cached
+    assert upper("short") == "SHORT" and upper("short") == "SHORT" and len(calls) == 51
+
+
+def test_token_counts_of_long_texts_are_cached_by_digest_not_by_text():
+    counter = TokenCounter("o200k_base")
+    before = tokens.LONG_COUNTS.bytes
+    texts = [f"tool output {i} " + uuid.uuid4().hex * 3_000 for i in range(20)]  # ~96 kB each
+    counts = [counter.text(t) for t in texts]
+    assert counts == [len(get_encoding("o200k_base").encode_ordinary(t)) for t in texts]
+    grown = tokens.LONG_COUNTS.bytes - before
+    assert 0 < grown < 20 * 400  # a few hundred bytes per text, not 96 kB
+    assert counter.text(texts[0]) == counts[0]
+    assert TokenCounter("cl100k_base").text(texts[0]) == len(get_encoding("cl100k_base").encode_ordinary(texts[0]))
+    assert counter.text("\ud800 lone surrogate " * 30) > 0
+
+
+def test_normalize_memo_is_bounded_in_bytes():
+    for _ in range(120):
+        normalize("Some Tool Output, " + uuid.uuid4().hex * 10_000)  # 320 kB each, ~38 MB in all
+    assert normalize.cache.bytes <= normalize.cache.max_bytes
+    assert normalize("Hello, World!") == "hello world"
+
+
+def test_oscillation_memory_is_per_snippet_digests_and_capped_in_sessions():
+    osc = Oscillation(max_sessions=3)
+    snippet = "x" * 100_000
+    assert osc.observe("a", [snippet, "b"]) == 1.0
+    assert osc.observe("a", [snippet, "c"]) == 0.5
+    for s in ("b", "c", "d"):
+        osc.observe(s, [snippet])
+    assert list(osc._last) == ["b", "c", "d"]
+    assert all(len(d) == 8 for digests in osc._last.values() for d in digests)
+
+
+class SlowRule:
+    """A real rule that takes its time (so shadow rewrites pile up)."""
+
+    name = "slow"
+
+    class Config:
+        pass
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def apply(self, ctx):
+        time.sleep(self.seconds)
+        return ctx
+
+
+def test_the_shadow_backlog_is_bounded_it_drops_and_counts(start_proxy):
+    proxy = start_proxy(rules=[SlowRule(0.3)], mode="shadow")
+    proxy.app.state.finisher.max_shadow_backlog = 2
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
+
+    def send(i: int) -> int:
+        return httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=30).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(send, range(8))) == [200] * 8
+    rows = proxy.rows()
+    skipped = [r for r in rows if r["error"] == "shadow skipped: backlog full"]
+    assert len(rows) == 8 and len(skipped) >= 4
+    assert proxy.app.state.finisher.skipped_shadow == len(skipped)
+    assert httpx.get(proxy.url + "/healthz").json()["shadow_skipped"] == len(skipped)
+    assert f"context_engine_shadow_skipped {float(len(skipped))}" in httpx.get(proxy.url + "/metrics").text
