@@ -85,7 +85,7 @@ class LedgerRow:
 
 COLUMNS = list(LedgerRow.__dataclass_fields__)
 INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
-MAX_QUEUE = 100_000  # rows waiting for the writer; beyond it rows are dropped and counted
+MAX_QUEUE = 10_000  # rows waiting for the writer; beyond it rows are dropped and counted
 BATCH = 500
 RETRIES = 3
 RETRY_PAUSE = 0.05  # seconds, doubled on each retry
