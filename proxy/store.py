@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(ConnectionError):
     """The store did not answer (or its circuit is open); the calling rule fails open."""
 
 

@@ -198,3 +198,21 @@ def test_metrics_labels_are_cleaned_and_bounded_in_number():
     assert 'context_engine_requests_total{arm="rewrite",model="other",status="200"} 51.0' in text
     rules = [line for line in text.splitlines() if line.startswith("context_engine_rule_saved_tokens_total{")]
     assert len(rules) == MAX_LABEL_VALUES + 1
+
+
+def test_a_stopped_writer_is_reported_and_stats_still_answers(mock, tmp_path):
+    ledger = Ledger(str(tmp_path / "l.db"))
+    with _serve(mock, ledger) as server:
+        _chat(server.url)
+        ledger.flush(5)
+        ledger._queue.put(None)  # the writer thread ends while the server runs on
+        ledger._thread.join(5)
+        _chat(server.url)
+        health = httpx.get(server.url + "/healthz").json()
+        assert health["status"] == "degraded" and health["ledger"]["state"] == "dead"
+        assert health["reasons"] == ["ledger writer is not running: rows are not being recorded"]
+        start = time.perf_counter()
+        stats = httpx.get(server.url + "/stats", timeout=30).json()
+        assert time.perf_counter() - start < 2.5
+        assert stats["overall"]["requests"] == 1 and stats["ledger"]["complete"] is False
+        assert httpx.get(server.url + "/metrics").status_code == 200
