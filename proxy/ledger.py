@@ -1,27 +1,21 @@
 """The ledger: one SQLite row per request, written off the request path.
 
-The request path only puts a row on a (bounded) queue; one writer thread owns the
-connection, inserts in batches (WAL mode, synchronous=NORMAL), deletes rows older than
-``retention_days`` at start-up and every ``prune_every`` seconds, and exits on ``close()``
-after draining. ``flush()`` waits, for a bounded time, until everything queued so far is
-written; ``health()`` says whether the writer is alive and writing.
+The request path only puts a row on a bounded queue; one writer thread
+(``proxy/ledger_writer.py``) owns the connection (WAL mode, synchronous=NORMAL). Ledgers
+written by an older version gain the new columns when opened.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import queue
 import sqlite3
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from proxy.ledger_writer import TABLE, RowWriter
 from proxy.sanitize import clean_value
-
-log = logging.getLogger("context_engine.ledger")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -84,11 +78,7 @@ class LedgerRow:
 
 
 COLUMNS = list(LedgerRow.__dataclass_fields__)
-INSERT = f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
-MAX_QUEUE = 10_000  # rows waiting for the writer; beyond it rows are dropped and counted
-BATCH = 500
-RETRIES = 3
-RETRY_PAUSE = 0.05  # seconds, doubled on each retry
+INSERT = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
 
 
 def connect(path: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
@@ -108,182 +98,11 @@ def connect(path: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
     return conn
 
 
-class Ledger:
-    """The request path only queues; the writer thread is the only one that writes.
+class Ledger(RowWriter):
+    """The ledger of ``path``: ``record(LedgerRow)`` from the request path; see ``RowWriter``."""
 
-    Each row is stored on its own merit: values SQLite cannot take are cleaned first, a
-    batch that fails is retried row by row, and a row that still fails after ``RETRIES``
-    attempts is dropped and counted. Nothing a row holds can stop the writer.
-    """
-
-    def __init__(self, path: str, retention_days: float = 0.0, prune_every: float = 3600.0,
-                 max_queue: int = MAX_QUEUE, busy_timeout: float = 5.0) -> None:
-        self.path = path
-        self.busy_timeout = busy_timeout
-        self.retention_days = retention_days
-        self.prune_every = prune_every
-        connect(path).close()  # fail at start-up, not on the first request
-        self.written = self.dropped = self.failed_attempts = self.pruned = 0
-        self.last_error = ""
-        self.failing = False  # the last row the writer tried was dropped
-        self._lock = threading.Lock()
-        self._closed = False
-        self._queue: queue.Queue[LedgerRow | threading.Event | None] = queue.Queue(max_queue)
-        self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
-        self._thread.start()
-
-    def record(self, row: LedgerRow) -> None:
-        try:
-            self._queue.put_nowait(row)
-        except queue.Full:
-            self._drop(1, "queue full")
-
-    def flush(self, timeout: float = 10.0) -> bool:
-        """Wait (at most ``timeout`` s) until every row queued so far is written or dropped."""
-        if not self._thread.is_alive():
-            return False
-        done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout)
-        except queue.Full:
-            return False
-        return done.wait(timeout)
-
-    def close(self) -> None:
-        self._closed = True
-        if self._thread.is_alive():
-            try:
-                self._queue.put(None, timeout=10)
-            except queue.Full:
-                log.error("ledger: queue still full at close; %d rows lost", self._queue.qsize())
-            self._thread.join(timeout=10)
-
-    def health(self) -> dict[str, Any]:
-        state = "ok"
-        if not self._thread.is_alive() and not self._closed:
-            state = "dead"
-        elif self.failing:
-            state = "failing"
-        return {"state": state, "written": self.written, "dropped": self.dropped,
-                "failed_attempts": self.failed_attempts, "queued": self._queue.qsize(), "last_error": self.last_error}
-
-    def _drop(self, n: int, why: str) -> None:
-        with self._lock:
-            self.dropped += n
-            self.last_error = why[:300]
-        log.error("ledger: %d row(s) dropped: %s", n, why)
-
-    def _run(self) -> None:
-        conn: sqlite3.Connection | None = None
-        next_prune = 0.0
-        try:
-            while True:
-                if self.retention_days > 0 and time.time() >= next_prune:
-                    conn = self._guarded(self._prune, conn)
-                    next_prune = time.time() + self.prune_every
-                try:
-                    item = self._queue.get(timeout=self.prune_every)
-                except queue.Empty:
-                    continue
-                batch, events, stop = self._take(item)
-                if batch:
-                    conn = self._store(conn, batch)
-                for ev in events:
-                    ev.set()
-                if stop:
-                    return
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _take(self, item: LedgerRow | threading.Event | None
-              ) -> tuple[list[LedgerRow], list[threading.Event], bool]:
-        batch: list[LedgerRow] = []
-        events: list[threading.Event] = []
-        stop = False
-        while True:
-            if item is None:
-                stop = True
-            elif isinstance(item, threading.Event):
-                events.append(item)
-            else:
-                batch.append(item)
-            if stop or len(batch) >= BATCH:
-                return batch, events, stop
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return batch, events, stop
-
-    def _guarded(self, work: Any, conn: sqlite3.Connection | None) -> sqlite3.Connection | None:
-        """Run ``work(conn)`` (connecting first if needed); the writer survives any failure."""
-        try:
-            conn = conn or connect(self.path, self.busy_timeout)
-            work(conn)
-            return conn
-        except Exception as exc:  # the edge: the writer thread must outlive any one failure
-            log.exception("ledger writer: %s", exc)
-            with self._lock:
-                self.last_error = repr(exc)[:300]
-            if conn is not None:
-                conn.close()
-            return None
-
-    def _store(self, conn: sqlite3.Connection | None, batch: list[LedgerRow]) -> sqlite3.Connection | None:
-        """Write ``batch``, reconnecting (``RETRIES`` times) if the connection is the problem."""
-        for attempt in range(RETRIES):
-            conn = self._guarded(lambda c: self._write(c, batch), conn)
-            if conn is not None:
-                return conn
-            self.failing = True
-            time.sleep(RETRY_PAUSE * 2 ** attempt)
-        self._drop(len(batch), f"no connection to the ledger: {self.last_error}")
-        return None
-
-    def _write(self, conn: sqlite3.Connection, batch: list[LedgerRow]) -> None:
-        params = []
-        for row in batch:
-            try:
-                params.append(row.as_params())
-            except Exception as exc:  # the edge: one unreadable row costs only itself
-                self._drop(1, f"unreadable row: {exc!r}")
-        try:
-            with conn:
-                conn.executemany(INSERT, params)
-            self._wrote(len(params))
-            return
-        except Exception as exc:  # the edge: the rows are tried one by one below
-            log.warning("ledger: batch of %d failed (%r); writing row by row", len(params), exc)
-        for p in params:
-            self._write_one(conn, p)
-
-    def _write_one(self, conn: sqlite3.Connection, params: dict[str, Any]) -> None:
-        error: Exception | None = None
-        for attempt in range(RETRIES):
-            try:
-                with conn:
-                    conn.execute(INSERT, params)
-                self._wrote(1)
-                return
-            except Exception as exc:  # the edge: retried, then dropped and counted
-                error, self.failing = exc, True
-                with self._lock:
-                    self.failed_attempts += 1
-                time.sleep(RETRY_PAUSE * 2 ** attempt)
-        self._drop(1, f"write failed {RETRIES} times: {error!r}")
-
-    def _wrote(self, n: int) -> None:
-        with self._lock:
-            self.written += n
-        self.failing = False
-
-    def _prune(self, conn: sqlite3.Connection) -> None:
-        cutoff = time.time() - self.retention_days * 86400
-        with conn:
-            deleted = conn.execute("DELETE FROM requests WHERE ts < ?", (cutoff,)).rowcount
-        self.pruned += deleted
-        if deleted:
-            log.info("ledger: deleted %d rows older than %g days", deleted, self.retention_days)
+    def __init__(self, path: str, retention_days: float = 0.0, **options: Any) -> None:
+        super().__init__(path, connect, INSERT, retention_days, **options)
 
 
 def read_rows(path: str, since: float | None = None) -> list[dict[str, Any]]:
