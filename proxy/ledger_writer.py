@@ -173,6 +173,7 @@ class RowWriter:
             self._wrote(len(params))
             return
         except Exception as exc:  # the edge: the rows are tried one by one below
+            self.failing = True
             log.warning("ledger: batch of %d failed (%r); writing row by row", len(params), exc)
         for p in params:
             self._write_one(conn, p)

@@ -26,7 +26,7 @@ def test_surrogate_in_model_leaves_the_ledger_writing(start_proxy):
     start = time.perf_counter()
     stats = httpx.get(proxy.url + "/stats", timeout=30)
     assert stats.status_code == 200 and stats.json()["overall"]["requests"] == 2
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 4.0  # it took 10 s when the writer had died
 
 
 # --- the writer, on a real SQLite file ---------------------------------------------------
@@ -152,7 +152,7 @@ def _chat(url, model="gpt-4o"):
 
 def test_healthz_says_degraded_while_ledger_writes_fail_and_stats_does_not_wait(mock, tmp_path):
     path = str(tmp_path / "l.db")
-    ledger = Ledger(path, busy_timeout=1.0)
+    ledger = Ledger(path, busy_timeout=4.0)
     with _serve(mock, ledger) as server:
         _chat(server.url)
         assert httpx.get(server.url + "/healthz").json()["status"] == "ok"
@@ -161,9 +161,9 @@ def test_healthz_says_degraded_while_ledger_writes_fail_and_stats_does_not_wait(
         assert _chat(server.url).choices[0].message.content  # requests still go through
         start = time.perf_counter()
         stats = httpx.get(server.url + "/stats", timeout=30).json()
-        assert time.perf_counter() - start < 2.5  # the writer is stuck for > 3 s
+        assert time.perf_counter() - start < 4.0  # the writer is stuck for > 12 s
         assert stats["ledger"]["complete"] is False
-        deadline = time.time() + 10
+        deadline = time.time() + 20
         while time.time() < deadline:
             health = httpx.get(server.url + "/healthz").json()
             if health["status"] == "degraded":
@@ -176,7 +176,7 @@ def test_healthz_says_degraded_while_ledger_writes_fail_and_stats_does_not_wait(
         blocker.execute("ROLLBACK")
         blocker.close()
         _chat(server.url)
-        assert ledger.flush(10)
+        assert ledger.flush(30)
         health = httpx.get(server.url + "/healthz").json()
         written, dropped = health["ledger"]["written"], health["ledger"]["dropped"]
         assert health["status"] == "ok" and written + dropped == 3  # the locked row: retried or counted
@@ -213,6 +213,6 @@ def test_a_stopped_writer_is_reported_and_stats_still_answers(mock, tmp_path):
         assert health["reasons"] == ["ledger writer is not running: rows are not being recorded"]
         start = time.perf_counter()
         stats = httpx.get(server.url + "/stats", timeout=30).json()
-        assert time.perf_counter() - start < 2.5
+        assert time.perf_counter() - start < 4.0
         assert stats["overall"]["requests"] == 1 and stats["ledger"]["complete"] is False
         assert httpx.get(server.url + "/metrics").status_code == 200

