@@ -88,6 +88,10 @@ class GuardedStore:
         except self.errors as exc:
             self._failed(exc)
             raise StoreUnavailable(f"store unavailable: {exc!r}") from exc
+        except BaseException:  # not an outage (a bad value, say): a trial call ends all the same
+            with self._lock:
+                self._trial = False
+            raise
         self._succeeded()
         return result
 
