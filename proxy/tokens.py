@@ -32,7 +32,7 @@ PER_MESSAGE = 3
 PER_NAME = 1
 REPLY_PRIMING = 3
 IMAGE_PART_TOKENS = 85  # a low-detail image; the proxy never rewrites images
-SHORT_ENTRIES = 50_000
+SHORT_ENTRIES = 20_000
 LONG_COUNTS: BoundedCache[tuple[str, bytes], int] = BoundedCache(100_000, 32 * 1024 * 1024)
 
 
