@@ -22,6 +22,7 @@ from proxy.finish import Finisher
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
+from proxy.relay import quiet_server_aborts
 from proxy.report import parse_since
 from proxy.settings import Settings
 from proxy.stats import stats_from_ledger
@@ -49,6 +50,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
                transport: httpx.AsyncBaseTransport | None = None,
                ledger: Ledger | None = None) -> Starlette:
     engine = engine or Engine(settings)
+    quiet_server_aborts()
     ledger = ledger if ledger is not None else Ledger(settings.ledger)
     upstream = Upstream(settings.upstream, settings.upstream_timeout, settings.connect_timeout,
                         transport=transport)

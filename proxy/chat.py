@@ -16,7 +16,7 @@ from starlette.responses import Response
 from proxy import modes
 from proxy.body import ParsedBody, parse_body, splice
 from proxy.engine import Engine, Rewrite
-from proxy.errors import BodyTooLarge, ProxyError
+from proxy.errors import BodyTooLarge, ProxyError, error_response
 from proxy.finish import Finisher, fill_from_rewrite
 from proxy.ledger import LedgerRow
 from proxy.relay import relay
@@ -25,10 +25,6 @@ from proxy.upstream import Upstream, request_headers
 from proxy.usage_tap import Usage
 
 log = logging.getLogger("context_engine.chat")
-
-
-def error_response(exc: ProxyError) -> Response:
-    return Response(exc.body(), status_code=exc.status, media_type="application/json")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -84,7 +80,8 @@ class ChatCompletions:
             return error_response(exc)
         row.status = r.status_code
 
-        def done(usage: Usage, upstream_ms: float, error: str) -> None:
+        def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
+            row.status = status
             row.prompt_tokens, row.cached_tokens = usage.prompt_tokens, usage.cached_tokens
             row.completion_tokens, row.finish_reason = usage.completion_tokens, usage.finish_reason
             row.upstream_ms, row.error = upstream_ms, error

@@ -7,8 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.chat import error_response
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, error_response
 from proxy.relay import relay
 from proxy.upstream import Upstream, request_headers
 
