@@ -50,6 +50,7 @@ class ChatCompletions:
     async def handle(self, request: Request) -> Response:
         t0 = time.perf_counter()
         try:
+            url = self.upstream.url_for(request.scope)
             raw = await read_body(request, self.settings.max_body_bytes)
             body = parse_body(raw)
             mode = modes.resolve(request.headers, self.settings.mode)
@@ -71,8 +72,7 @@ class ChatCompletions:
         row.proxy_ms = (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
         try:
-            r = await self.upstream.send("POST", request.url.path, request.url.query,
-                                         request_headers(request.headers.raw), out)
+            r = await self.upstream.send("POST", url, request_headers(request.headers.raw), out)
         except ProxyError as exc:
             row.status, row.error = exc.status, exc.message
             row.upstream_ms = (time.perf_counter() - started) * 1000
