@@ -50,6 +50,7 @@ class Request:
 @dataclass
 class RawUpstream:
     received: list[Request] = field(default_factory=list)
+    by_id: dict[str, bytes] = field(default_factory=dict)  # x-fuzz-id header → body
     hung_up: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -105,6 +106,8 @@ class RawUpstream:
                     buf = self._fill(conn, buf, size)
                     body, buf = buf[:size], buf[size:]
                 self.received.append(Request(method, target, headers, body))
+                if "x-fuzz-id" in headers:
+                    self.by_id[headers["x-fuzz-id"]] = body
                 if not self._answer(conn, body):
                     return
 
