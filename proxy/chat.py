@@ -20,7 +20,7 @@ from proxy.errors import BodyTooLarge, ProxyError, error_response
 from proxy.finish import Finisher, fill_from_rewrite
 from proxy.ledger import LedgerRow
 from proxy.relay import relay
-from proxy.session import session_id
+from proxy.session import session_id, session_key
 from proxy.upstream import Upstream, request_headers
 from proxy.usage_tap import Usage
 
@@ -46,6 +46,7 @@ class ChatCompletions:
         self.upstream = upstream
         self.finisher = finisher
         self.settings = engine.settings
+        self.session_key = session_key(self.settings.session_key, self.settings.store)
 
     async def handle(self, request: Request) -> Response:
         t0 = time.perf_counter()
@@ -92,7 +93,7 @@ class ChatCompletions:
     async def _prepare(self, request: Request, body: ParsedBody, raw: bytes,
                        mode: str) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
-        sid = session_id(request.headers, body.data["messages"])
+        sid = session_id(request.headers, body.data["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         row = LedgerRow(session=sid, model=_text(body.data.get("model")), mode=mode, arm=arm,
                         path=request.url.path, stream=body.data.get("stream") is True)
