@@ -29,7 +29,8 @@ def session_key(configured: str, store: str) -> bytes:
     """The HMAC key for caller scopes: ``configured`` if set, else derived from ``store``."""
     if configured:
         return configured.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(b"context-engine session scope\x00" + store.encode("utf-8", "replace")).digest()
+    seed = b"context-engine session scope\x00" + store.encode("utf-8", "replace")
+    return hashlib.sha256(seed).digest()
 
 
 def _first(messages: list[Any], roles: tuple[str, ...]) -> str:

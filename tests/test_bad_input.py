@@ -121,7 +121,9 @@ def test_surrogates_anywhere_never_500(default_proxy, mock, where):
         msgs[1]["name"] = "@S@"
     elif where == "extra_field":
         body["metadata"] = {"@S@": "@S@"}
-    headers = {"x-session-id": b"s\xed\xa0\x80", "authorization": b"Bearer \xff\xfe"} if where == "session_header_value" else {}
+    headers = {}
+    if where == "session_header_value":
+        headers = {"x-session-id": b"s\xed\xa0\x80", "authorization": b"Bearer \xff\xfe"}
     _forwarded_or_4xx(default_proxy, mock, _with_surrogate(body), **headers)
     assert len(default_proxy.rows()) == 1
 
