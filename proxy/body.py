@@ -4,11 +4,18 @@ The upstream body must be the client's JSON with only ``messages`` replaced: eve
 field keeps its exact bytes. ``parse_body`` walks the top-level object once with the C
 JSON scanner and remembers where the ``messages`` value lies in the text; ``splice``
 puts the new messages there.
+
+JSON may escape lone UTF-16 surrogates (``"\ud800"``, a JS-truncated emoji). Python
+decodes them into strings that cannot be encoded as UTF-8, so nothing downstream
+(tokenizer, session hash, ledger) could handle them. Such a body is forwarded as sent,
+never rewritten: ``data`` then holds a copy with each lone surrogate replaced by U+FFFD,
+for counting and the ledger only, and ``rewritable`` is false.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +23,7 @@ from proxy.errors import BadRequest
 
 _decoder = json.JSONDecoder()
 _WS = " \t\n\r"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,7 @@ class ParsedBody:
     text: str
     data: dict[str, Any]
     messages_span: tuple[int, int]
+    rewritable: bool = True
 
 
 def _skip_ws(s: str, i: int) -> int:
@@ -90,7 +99,25 @@ def parse_body(raw: bytes) -> ParsedBody:
                              param=f"messages[{i}].content")
     if "model" in data and not isinstance(data["model"], str):
         raise BadRequest("'model' must be a string.", param="model")
+    if "\\u" in text and re.search(r"\\u[dD][89a-fA-F]", text):
+        try:
+            scrubbed = _scrub(data)
+        except RecursionError:
+            raise BadRequest("The request body is nested too deeply.") from None
+        if scrubbed != data:
+            return ParsedBody(text, scrubbed, span, rewritable=False)
     return ParsedBody(text, data, span)
+
+
+def _scrub(value: Any) -> Any:
+    """``value`` with every lone surrogate (in keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k): _scrub(v) for k, v in value.items()}
+    return value
 
 
 def dump_messages(messages: list[Any]) -> str:

@@ -4,7 +4,12 @@
     ├── BadRequest             400 invalid_request_error (bad JSON, bad messages)
     ├── BodyTooLarge           413 invalid_request_error / request_too_large
     ├── UpstreamUnreachable    502 upstream_error / upstream_unreachable
+    ├── UpstreamBroken         502 upstream_error / upstream_broken (cut mid-body)
     └── UpstreamTimeout        504 upstream_error / upstream_timeout
+
+A fault after the response has started (a stream cut mid-way) cannot become a status:
+the relay raises ``StreamAborted`` so the server drops the connection without a clean
+end, and the client's SDK raises.
 
 Upstream errors (4xx/5xx, 429 with retry-after) are never wrapped: their status,
 headers and body pass through unchanged.
@@ -13,6 +18,8 @@ headers and body pass through unchanged.
 from __future__ import annotations
 
 import json
+
+from starlette.responses import Response
 
 
 class ProxyError(Exception):
@@ -52,3 +59,18 @@ class UpstreamTimeout(ProxyError):
     status = 504
     type = "upstream_error"
     code = "upstream_timeout"
+
+
+class UpstreamBroken(ProxyError):
+    status = 502
+    type = "upstream_error"
+    code = "upstream_broken"
+
+
+class StreamAborted(Exception):
+    """Raised to the ASGI server after an upstream fault mid-response: it aborts the
+    connection instead of ending the body cleanly."""
+
+
+def error_response(exc: ProxyError) -> Response:
+    return Response(exc.body(), status_code=exc.status, media_type="application/json")

@@ -7,8 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.chat import error_response
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, error_response
 from proxy.relay import relay
 from proxy.upstream import Upstream, request_headers
 
@@ -18,12 +17,16 @@ class Passthrough:
         self.upstream = upstream
 
     async def handle(self, request: Request) -> Response:
+        try:
+            url = self.upstream.url_for(request.scope)
+        except ProxyError as exc:
+            return error_response(exc)
         has_body = request.method not in ("GET", "HEAD", "OPTIONS", "DELETE") or (
             "content-length" in request.headers or "transfer-encoding" in request.headers)
         body = request.stream() if has_body else b""
         started = time.perf_counter()
         try:
-            r = await self.upstream.send(request.method, request.url.path, request.url.query,
+            r = await self.upstream.send(request.method, url,
                                          request_headers(request.headers.raw), body)
         except ProxyError as exc:
             return error_response(exc)

@@ -28,6 +28,12 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class Settings:
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
+    admin_token: str = field(default="", metadata={
+        "help": "Bearer token for /stats, /dashboard and /metrics; required off loopback"})
+    allowed_hosts: str = field(default="", metadata={
+        "help": "extra Host names accepted on loopback, comma separated (DNS-rebinding guard)"})
+    session_key: str = field(default="", metadata={
+        "help": "secret keying caller scopes in session ids; empty = derived from the store"})
     port: int = field(default=8787, metadata={"help": "port to listen on"})
     upstream: str = field(default="https://api.openai.com/v1",
                           metadata={"help": "base URL requests are forwarded to"})

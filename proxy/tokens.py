@@ -95,9 +95,11 @@ class TokenCounter:
                     n += self.text(part["text"])
                 elif isinstance(part, dict):
                     n += IMAGE_PART_TOKENS
-        for call in m.get("tool_calls") or ():
-            fn = call.get("function") or {}
-            n += self.text(str(fn.get("name", ""))) + self.text(str(fn.get("arguments", "")))
+        calls = m.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                n += self.text(str(fn.get("name", ""))) + self.text(str(fn.get("arguments", "")))
         if m.get("name"):
             n += PER_NAME + self.text(str(m["name"]))
         return n

@@ -62,7 +62,8 @@ def text_of(m: Message | dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return "\n".join(p["text"] if isinstance(p.get("text"), str) else ""
+                         for p in content if isinstance(p, dict))
     return ""
 
 
