@@ -65,6 +65,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
             "rules": engine.pipeline.names, "upstream": redact_url(settings.upstream),
             "rule_failures": dict(engine.stats.rule_failures),
             "invariant_failures": engine.stats.invariant_failures,
+            "rules_lanes": engine.lane_stats(),
         })
 
     async def metrics_endpoint(request: Request) -> Response:

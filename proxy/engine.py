@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
+import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.context import RequestContext
+from proxy.lanes import BackgroundLane, RequestLane
 from proxy.pipeline import Pipeline, PipelineResult, PipelineStats
 from proxy.settings import Settings, build_rules
 from proxy.store import Store, open_store
 from proxy.tokens import counter_for_model, get_encoding
 from rules.base import RuleDeps
+from rules.embedders import limit_blas_threads
 
 log = logging.getLogger("context_engine.engine")
 
@@ -36,12 +41,19 @@ class Engine:
                                  self.stats)
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)
-        # Rules are CPU work (an embedding can take tens of ms): the server runs them in one
-        # worker thread with its own event loop, so the server's loop keeps relaying other
-        # streams, and rule state is only ever touched by that one thread.
-        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rules")
+        # Rules are CPU work: the server runs them off its event loop (``proxy.lanes``), one
+        # session at a time in order, sessions in parallel; prefetching and shadow
+        # rewrites in a background lane that gives way to requests. Each thread has its
+        # own BLAS thread (parallelism comes from the sessions, not from one matrix).
+        workers = settings.rule_workers or os.cpu_count() or 1
+        self.requests = RequestLane(workers, settings.rules_queue)
+        self.background = BackgroundLane(settings.rules_queue, self.requests)
+        self.deadline_s = settings.rules_deadline_ms / 1000 if settings.rules_deadline_ms > 0 else None
         self._prefetchers = [r for r in self.pipeline.rules if callable(getattr(r, "prefetch", None))]
+        self._prefetch_queued = threading.Event()
         self._worker_loop = threading.local()
+        if self.pipeline.rules:
+            limit_blas_threads(1)
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str) -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
@@ -50,31 +62,77 @@ class Engine:
         return loop.run_until_complete(self.rewrite(body, session_id))
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str) -> Rewrite:
-        """``rewrite`` in the rules' worker thread (inline when no rule is enabled), then
-        the rules' ``prefetch`` queued on that thread: it runs while the upstream works
-        on this request, before the worker takes the next rewrite."""
+        """``rewrite`` in the request lane (inline when no rule is enabled), then the
+        rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
+        (queueing included), or when the lane is full, the original goes out, counted
+        as failed open; a rewrite that has not started by then is skipped."""
         if not self.pipeline.rules:
             return await self.rewrite(body, session_id)
-        result = await asyncio.get_running_loop().run_in_executor(
-            self._worker, self._rewrite_in_worker, body, session_id)
-        if self._prefetchers:
-            self._worker.submit(self.prefetch)
+        job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body, session_id))
+        if job is None:
+            return self._original(body, session_id, "rules lane full")
+        done = asyncio.wrap_future(job.future)
+        done.add_done_callback(_observe)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(done), self.deadline_s)
+        except asyncio.TimeoutError:
+            job.abandon()
+            self.stats.add("deadline")
+            log.warning("rewrite of session %s passed rules_deadline_ms; original sent", session_id)
+            return self._original(body, session_id, "rules_deadline_ms passed")
+        self.queue_prefetch()
         return result
 
-    def prefetch(self) -> int:
-        """Work rules do between requests (``retrieve`` embeds turns that will leave the
-        window). It never changes a rewrite's output, only how long the next one takes;
-        a failure is logged and forgotten. Returns the number of items prepared."""
+    async def rewrite_in_background(self, body: dict[str, Any], session_id: str) -> Rewrite | None:
+        """``rewrite`` in the background lane (shadow rewrites); None when its queue is full."""
+        future: concurrent.futures.Future[Rewrite] = concurrent.futures.Future()
+
+        def job() -> None:
+            try:
+                future.set_result(self._rewrite_in_worker(body, session_id))
+            except Exception as exc:
+                future.set_exception(exc)
+
+        if not self.background.submit(job):
+            return None
+        result = await asyncio.wrap_future(future)
+        self.queue_prefetch()
+        return result
+
+    def queue_prefetch(self) -> None:
+        """One prefetch job in the background lane at a time (it covers every session)."""
+        if self._prefetchers and not self._prefetch_queued.is_set():
+            self._prefetch_queued.set()
+
+            def job() -> None:
+                self._prefetch_queued.clear()
+                self.prefetch(self.background.pause)
+
+            if not self.background.submit(job):
+                self._prefetch_queued.clear()
+
+    def prefetch(self, pause: Callable[[], None] | None = None) -> int:
+        """Work rules do between requests (``retrieve`` embeds turns that left or will
+        leave the window). It never changes a rewrite's output, only how long the next
+        one takes; a failure is logged and forgotten. ``pause`` is called between steps
+        (the background lane gives way to requests there). Returns the items prepared."""
         done = 0
         for rule in self._prefetchers:
             try:
-                done += int(rule.prefetch() or 0)
+                done += int(rule.prefetch(pause) or 0)
             except Exception:  # prefetching is an optimisation, never fatal
                 log.exception("prefetch of rule %s failed", rule.name)
         return done
 
+    def lane_stats(self) -> dict[str, int]:
+        return {"workers": self.requests.workers, "queued": self.requests.queued,
+                "shed": self.requests.shed, "deadline": self.stats.failed_open_by["deadline"],
+                "background_pending": self.background.pending,
+                "background_dropped": self.background.dropped}
+
     def close(self) -> None:
-        self._worker.shutdown(wait=True)
+        self.requests.close()
+        self.background.close()
 
     def count(self, body: dict[str, Any]) -> int:
         """Tokens of a request as the client sent it."""
@@ -82,8 +140,7 @@ class Engine:
         tools = body.get("tools")
         return counter.request(body["messages"], tools if isinstance(tools, list) else None)
 
-    async def rewrite(self, body: dict[str, Any], session_id: str) -> Rewrite:
-        """Run the pipeline over a parsed chat-completions body (not mutated)."""
+    def _context(self, body: dict[str, Any], session_id: str) -> tuple[RequestContext, Any, bool]:
         model = str(body.get("model") or "")
         counter, fallback = counter_for_model(model)
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -97,5 +154,26 @@ class Engine:
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
             original=body["messages"],
         )
+        return ctx, counter, fallback
+
+    def _original(self, body: dict[str, Any], session_id: str, reason: str) -> Rewrite:
+        """The request unchanged, as a failed-open rewrite (counted)."""
+        if reason == "rules lane full":
+            self.stats.add("shed")
+        ctx, counter, fallback = self._context(body, session_id)
+        tokens = counter.request(ctx.messages, ctx.tools)
+        result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=[reason],
+                                original_messages=ctx.messages)
+        return Rewrite(result, counter.encoding, fallback)
+
+    async def rewrite(self, body: dict[str, Any], session_id: str) -> Rewrite:
+        """Run the pipeline over a parsed chat-completions body (not mutated)."""
+        ctx, counter, fallback = self._context(body, session_id)
         result = await self.pipeline.run(ctx, counter)
         return Rewrite(result, counter.encoding, fallback)
+
+
+def _observe(future: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a rewrite nobody waits for any more (past the deadline)."""
+    if not future.cancelled():
+        future.exception()

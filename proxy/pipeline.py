@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,10 +39,22 @@ class PipelineResult:
 
 @dataclass
 class PipelineStats:
-    """Process-wide counters (exposed by /healthz and the ledger)."""
+    """Process-wide counters (exposed by /healthz and the ledger); rewrites of several
+    sessions update them from several threads, so updates take a lock."""
 
     rule_failures: Counter[str] = field(default_factory=Counter)
     invariant_failures: int = 0
+    failed_open_by: Counter[str] = field(default_factory=Counter)  # deadline, shed
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, kind: str, rule: str = "") -> None:
+        with self.lock:
+            if kind == "rule":
+                self.rule_failures[rule] += 1
+            elif kind == "invariant":
+                self.invariant_failures += 1
+            else:
+                self.failed_open_by[kind] += 1
 
 
 class Pipeline:
@@ -65,7 +78,7 @@ class Pipeline:
                 nxt = await rule.apply(current)
             except Exception as exc:  # the rule guard: one failing rule never breaks a request
                 ms = (time.perf_counter() - start) * 1000
-                self.stats.rule_failures[rule.name] += 1
+                self.stats.add("rule", rule.name)
                 log.exception("rule %s failed; skipped", rule.name)
                 journal.append(JournalEntry(rule.name, tokens, tokens, ms, error=repr(exc)[:300]))
                 continue
@@ -80,7 +93,7 @@ class Pipeline:
                 current.notes.get("zones"), dict) else None
             found = rewrite_problems(original, current.messages, zone_line)
             if found:
-                self.stats.invariant_failures += 1
+                self.stats.add("invariant")
                 log.warning("rewrite broke invariants, sending the original: %s", found[:3])
                 result.ctx = ctx
                 result.tokens_after = tokens_before

@@ -53,6 +53,12 @@ class Settings:
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
     log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
+    rules_deadline_ms: float = field(default=250.0, metadata={
+        "help": "a rewrite not done this long after the request arrived sends the original (failed open; 0 = no deadline)"})
+    rule_workers: int = field(default=0, metadata={
+        "help": "threads that run rewrites of different sessions in parallel (0 = the cores)"})
+    rules_queue: int = field(default=256, metadata={
+        "help": "rewrites waiting or running at most (more: the original goes out); also the background queue"})
     rules: tuple[str, ...] = field(default=(), metadata={"help": "enabled rules, in run order"})
     rule_options: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict, metadata={"help": "per-rule options"})
@@ -215,6 +221,8 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"ab_share: {s.ab_share} must be between 0 and 1")
     if s.ledger_retention_days < 0:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
+    if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:
+        raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     levels = ("debug", "info", "warning", "error")

@@ -9,6 +9,8 @@
 - ``litellm``: any provider embedding model (``litellm.embedding``), configured by name.
 
 Every embedder returns float32 rows of unit length, so inner product is cosine.
+``EmbeddingCache`` keeps each text's vector in the store under the hash of (embedder,
+text): computed once, across sessions and restarts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import threading
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,6 +65,31 @@ class HashingEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return _normalize(np.stack([self._row(t) for t in texts]))
+
+
+_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                 "openblas_set_num_threads64_", "openblas_set_num_threads")
+
+
+def limit_blas_threads(n: int) -> bool:
+    """Cap numpy's OpenBLAS threads (the server runs sessions in parallel instead: BLAS
+    threads on top of them oversubscribe the cores, and under load a MiniLM batch took
+    8x longer). True when the bundled OpenBLAS was found and set."""
+    import ctypes
+    import glob
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _BLAS_SETTERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                setter(ctypes.c_int(n))
+                return True
+    return False
 
 
 def minilm_dir() -> str | None:
@@ -184,6 +212,53 @@ class LiteLLMEmbedder:
         rows = np.array([d["embedding"] for d in resp["data"]], dtype=np.float32)
         self.dim = rows.shape[1]
         return _normalize(rows)
+
+
+class EmbeddingCache:
+    """Embeddings stored under the hash of (embedder, text): computed once, ever."""
+
+    def __init__(self, embedder: Embedder, store: Any) -> None:
+        self.embedder = embedder
+        self.store = store
+        self.embedded = 0  # texts sent to the embedder (tests count them)
+        self._lock = threading.Lock()
+
+    def _key(self, text: str) -> str:
+        return f"emb:{self.embedder.name}:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def lookup(self, texts: list[str]) -> list[np.ndarray | None]:
+        """The stored vector of each text, None where there is none (nothing embedded)."""
+        rows: list[np.ndarray | None] = []
+        for text in texts:
+            raw = self.store.get(self._key(text))
+            rows.append(np.frombuffer(raw, dtype=np.float32) if raw else None)
+        return rows
+
+    def _embed_missing(self, texts: list[str], rows: list[np.ndarray | None]) -> int:
+        """Embed and store the texts whose row is None (filled in place); returns how many."""
+        missing = sorted({texts[i] for i, r in enumerate(rows) if r is None})
+        if not missing:
+            return 0
+        with self._lock:
+            self.embedded += len(missing)
+        fresh = dict(zip(missing, self.embedder.embed(missing)))
+        for i, r in enumerate(rows):
+            if r is None:
+                rows[i] = fresh[texts[i]]
+        for text, vec in fresh.items():
+            self.store.set(self._key(text), vec.astype(np.float32).tobytes())
+        return len(missing)
+
+    def ensure(self, texts: list[str]) -> int:
+        """Make sure every text has a stored vector; returns how many were embedded."""
+        return self._embed_missing(texts, self.lookup(texts))
+
+    def get(self, texts: list[str]) -> np.ndarray:
+        rows = self.lookup(texts)
+        self._embed_missing(texts, rows)
+        if not rows:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([r for r in rows if r is not None]).astype(np.float32)
 
 
 def make_embedder(spec: str) -> Embedder:

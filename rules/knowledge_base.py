@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -165,6 +166,7 @@ class KnowledgeBase:
         self.index = SessionIndex("kb:" + folder, cache)
         self.documents: list[Document] = []
         self.errors: dict[str, str] = {}
+        self.lock = threading.Lock()
 
     @classmethod
     def load(cls, folder: str, cache: EmbeddingCache, date: str = "") -> KnowledgeBase:
@@ -187,18 +189,21 @@ class KnowledgeBase:
             for n, text in enumerate(clauses(d.content), 1):
                 header = f"[knowledge {name} §{n}{', ' + scenario if scenario else ''}]"
                 chunks.append(Chunk(n, "knowledge", text, header))
-        self.index = SessionIndex("kb:" + self.folder, self.cache)
-        self.index.sync(chunks)
+        index = SessionIndex("kb:" + self.folder, self.cache)
+        index.sync(chunks)
+        index.vectorize()  # the whole folder, at start-up or when it changed
+        self.index = index
         return len(chunks)
 
     def search(self, query: str, embed: Callable[[list[str]], np.ndarray], p: SearchParams,
                counter: TokenCounter, budget: int) -> list[Hit]:
-        if _signature(self.folder) != self.signature:
-            self.rebuild()
-        idx = self.index
-        if not idx.chunks or not terms(query):
-            return []
-        scores = fused_scores(idx, query, embed, p)
+        with self.lock:  # one index for every session: rebuilt and searched one at a time
+            if _signature(self.folder) != self.signature:
+                self.rebuild()
+            idx = self.index
+            if not idx.chunks or not terms(query):
+                return []
+            scores = fused_scores(idx, query, embed, p)
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         hits, used = [], 0
         for i in order[:MAX_CLAUSES]:

@@ -4,10 +4,10 @@
   JSON array items) into pieces of at most ``max_chunk_chars``. Each chunk keeps its
   provenance: message index, role, the session/date header in force ("[Session 3, 1:14
   pm on 25 May, 2023]") and the tool name, so an injected snippet carries time and source.
-- ``EmbeddingCache``: a chunk is embedded once, stored in the store under the hash of
-  its text and the embedder name, and never recomputed (across sessions and restarts).
-- ``SessionIndex``: one session's chunks. Appending only embeds chunks it has not seen;
-  BM25 (rank-bm25) is rebuilt lazily, only when the chunk set changed.
+- ``SessionIndex``: one session's chunks. BM25 (rank-bm25) is rebuilt lazily, only when
+  the chunk set changed; vectors are looked up or embedded only when a search needs
+  them, at most a capped number per call (``embedders.EmbeddingCache`` stores each
+  text's vector once, across sessions and restarts).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +23,11 @@ import faiss
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from proxy.store import Store
 from rules.base import text_of
-from rules.embedders import Embedder
+from rules.embedders import EmbeddingCache
 from rules.query_analysis import terms
+
+__all__ = ["Chunk", "EmbeddingCache", "SessionIndex", "chunk_messages"]
 
 _SPEAKER = re.compile(r"^([A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?):\s")
 _SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")
@@ -145,42 +147,25 @@ def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: i
     return out
 
 
-class EmbeddingCache:
-    """Embeddings stored under the hash of (embedder, text): computed once, ever."""
-
-    def __init__(self, embedder: Embedder, store: Store) -> None:
-        self.embedder = embedder
-        self.store = store
-        self.embedded = 0  # texts sent to the embedder (tests count them)
-
-    def get(self, texts: list[str]) -> np.ndarray:
-        keys = [f"emb:{self.embedder.name}:" + hashlib.sha256(t.encode()).hexdigest()[:32] for t in texts]
-        rows: list[np.ndarray | None] = []
-        for key in keys:
-            raw = self.store.get(key)
-            rows.append(np.frombuffer(raw, dtype=np.float32) if raw else None)
-        missing = sorted({texts[i] for i, r in enumerate(rows) if r is None})
-        if missing:
-            self.embedded += len(missing)
-            fresh = dict(zip(missing, self.embedder.embed(missing)))
-            for i, r in enumerate(rows):
-                if r is None:
-                    rows[i] = fresh[texts[i]]
-                    self.store.set(keys[i], fresh[texts[i]].astype(np.float32).tobytes())
-        if not rows:
-            return np.zeros((0, self.embedder.dim), dtype=np.float32)
-        return np.stack([r for r in rows if r is not None]).astype(np.float32)
-
-
 class SessionIndex:
-    """The searchable memory of one session (never shared with another session)."""
+    """The searchable memory of one session (never shared with another session).
+
+    Vectors are lazy: ``sync`` only adds chunks and their BM25 terms; ``vectorize``
+    fills vectors from the store and embeds at most ``cap`` missing ones, best
+    candidates first. ``dense_scores`` scores the chunks that have a vector; the others
+    score as the lowest of those (BM25 alone ranks them). With every vector present the
+    scores are exactly those of a full index. Callers hold ``lock`` while they use it.
+    """
 
     def __init__(self, session_id: str, cache: EmbeddingCache) -> None:
         self.session_id = session_id
         self.cache = cache
+        self.lock = threading.RLock()
         self.chunks: list[Chunk] = []
         self.keys: set[str] = set()
-        self.vectors: Any = None
+        self._rows: list[np.ndarray | None] = []
+        self._dense: Any = None  # faiss index over the rows that have a vector
+        self._dense_ids: np.ndarray | None = None
         self._bm25: BM25Okapi | None = None
         self._terms: list[list[str]] = []
         self.last_injected: list[str] | None = None
@@ -198,27 +183,65 @@ class SessionIndex:
     def sync(self, chunks: list[Chunk]) -> int:
         """Make the index hold exactly ``chunks``; returns how many were new.
 
-        Appending (the usual case between requests) only embeds and adds the new
-        chunks; any other change rebuilds from the embedding cache.
+        Appending (the usual case between requests) keeps what is there; any other
+        change starts over (vectors come back from the embedding cache).
         """
         if self.chunks == chunks[: len(self.chunks)]:
             new = chunks[len(self.chunks):]
         else:
-            self.chunks, self.keys, self.vectors, self._terms = [], set(), None, []
+            self.chunks, self.keys, self._rows, self._terms = [], set(), [], []
+            self._dense = None
             new = chunks
         if not new:
             return 0
-        vecs = self.cache.get([c.embed_text for c in new])
-        if self.vectors is None:
-            self.vectors = faiss.IndexFlatIP(vecs.shape[1])
-        self.vectors.add(vecs)
         self.chunks = self.chunks + list(new)
+        self._rows = self._rows + [None] * len(new)
         self.keys |= {c.key for c in new}
         self._terms = self._terms + [terms(c.search_text) or ["\x00"] for c in new]
         self._bm25 = None
         self._vocab = None
         self._speakers = None
         return len(new)
+
+    def missing(self) -> list[int]:
+        return [i for i, r in enumerate(self._rows) if r is None]
+
+    def vectorize(self, order: list[int] | None = None, cap: int | None = None,
+                  lookup: bool = True) -> tuple[list[int], int]:
+        """Fill vectors from the store (unless ``lookup`` is off), then embed up to
+        ``cap`` (None: all) of the missing chunks in ``order`` (default: chunk order).
+        Returns the chunks still without a vector and the number embedded."""
+        missing = self.missing()
+        if not missing:
+            return [], 0
+        found = self.cache.lookup([self.chunks[i].embed_text for i in missing]) if lookup \
+            else [None] * len(missing)
+        for i, vec in zip(missing, found):
+            self._rows[i] = vec
+        missing = [i for i, vec in zip(missing, found) if vec is None]
+        take: list[int] = []
+        if missing and cap != 0:
+            wanted = set(missing)
+            first = [i for i in (order if order is not None else missing) if i in wanted]
+            listed = set(first)
+            first += [i for i in missing if i not in listed]
+            take = first if cap is None else first[:cap]
+            for i, vec in zip(take, self.cache.get([self.chunks[i].embed_text for i in take])):
+                self._rows[i] = vec
+            missing = [i for i in missing if self._rows[i] is None]
+        if len(missing) < len(found):
+            self._dense = None
+        return missing, len(take)
+
+    def _dense_index(self) -> tuple[Any, np.ndarray]:
+        if self._dense is None:
+            ids = np.array([i for i, r in enumerate(self._rows) if r is not None], dtype=np.int64)
+            rows = np.stack([self._rows[i] for i in ids]).astype(np.float32)
+            self._dense = faiss.IndexFlatIP(rows.shape[1])
+            self._dense.add(rows)
+            self._dense_ids = ids
+        assert self._dense_ids is not None
+        return self._dense, self._dense_ids
 
     @property
     def speakers(self) -> set[str]:
@@ -241,9 +264,10 @@ class SessionIndex:
         return np.asarray(self._bm25.get_scores(query_terms), dtype=np.float64)
 
     def dense_scores(self, query_vec: np.ndarray) -> np.ndarray:
-        if not self.chunks:
-            return np.zeros(0, dtype=np.float64)
-        scores, ids = self.vectors.search(query_vec.reshape(1, -1).astype(np.float32), len(self.chunks))
-        out = np.zeros(len(self.chunks), dtype=np.float64)
-        out[ids[0]] = scores[0]
+        if not self.chunks or all(r is None for r in self._rows):
+            return np.zeros(len(self.chunks), dtype=np.float64)
+        index, ids = self._dense_index()
+        scores, found = index.search(query_vec.reshape(1, -1).astype(np.float32), len(ids))
+        out = np.full(len(self.chunks), float(scores[0].min()), dtype=np.float64)
+        out[ids[found[0]]] = scores[0]
         return out

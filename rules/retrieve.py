@@ -39,7 +39,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +98,7 @@ class RetrieveConfig:
     knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
     knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
     max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
+    max_embed: int = option(32, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then (0 = no cap)")
 
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:
@@ -104,6 +107,8 @@ class RetrieveConfig:
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:
             raise ValueError("window, block and top_k must be at least 1")
+        if self.max_embed < 0 or self.max_sessions < 1:
+            raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:
             raise ValueError("neighbour_decay must be between 0 and 1")
         if self.knowledge_date:
@@ -127,6 +132,7 @@ class Retrieve:
         self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
+        self._lock = threading.Lock()  # guards ``sessions``; each index has its own lock
         self.tail = Tail(config.window, config.block, config.min_closed_tokens,
                          config.min_drop_ratio, config.keep_tool_units)
         self.ahead = Prefetcher(self.cache, self._tail_chunks, 4 * config.max_sessions)
@@ -147,19 +153,33 @@ class Retrieve:
         """The chunks turns ``start:end`` will have when they leave (``prefetch``)."""
         return self._chunks(msgs, start, end, self.tail.kept(msgs, start, end))
 
-    def _index(self, session: str, msgs: list[Any], head: int, cut: int,
-               keep: frozenset[int]) -> SessionIndex:
-        idx = self.sessions.pop(session, None) or SessionIndex(session, self.cache)
-        self.sessions[session] = idx
-        while len(self.sessions) > self.config.max_sessions:
-            self.sessions.popitem(last=False)
-        idx.sync(self._chunks(msgs, head, cut, keep))
+    def _index(self, session: str) -> SessionIndex:
+        with self._lock:
+            idx = self.sessions.pop(session, None) or SessionIndex(session, self.cache)
+            self.sessions[session] = idx
+            while len(self.sessions) > self.config.max_sessions:
+                self.sessions.popitem(last=False)
         return idx
 
-    def prefetch(self) -> int:
-        """Embed, between requests, the turns recent requests will drop at a later block
-        boundary (``memory_prefetch``); returns the number of texts embedded."""
-        return self.ahead.run()
+    def prefetch(self, pause: Callable[[], None] | None = None) -> int:
+        """Embed, between requests, the dropped turns searched without vectors and the
+        turns recent requests will drop at a later block boundary (``memory_prefetch``);
+        returns the number of texts embedded."""
+        return self.ahead.run(pause)
+
+    def _vectorize(self, idx: SessionIndex, query: str, allowance: list[int]) -> None:
+        """Vectors for the search of ``query``: from the store, else embedded, the best
+        BM25 candidates first, at most ``max_embed`` per request (``allowance``); the
+        rest go to the background lane (BM25 ranks them until then)."""
+        if self.config.max_embed == 0:
+            idx.vectorize()
+            return
+        if not idx.missing():
+            return
+        bm = idx.bm25_scores(terms(query))
+        order = sorted(range(len(idx.chunks)), key=lambda i: (-bm[i], -i))
+        _, embedded = idx.vectorize(order, allowance[0], lookup=False)  # looked up in apply
+        allowance[0] -= embedded
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
         if self.config.gate == "always" or self.kb is not None:
@@ -168,13 +188,14 @@ class Retrieve:
         return asks_for_memory(query, visible, idx.vocabulary)
 
     def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
-                budget: int) -> list[Hit]:
+                budget: int, allowance: list[int]) -> list[Hit]:
         if budget <= 0:
             return []
         embed = self.cache.get
         params = dataclasses.replace(self.params, max_tokens=budget)
         hits: list[Hit] = []
         if idx.chunks:
+            self._vectorize(idx, query, allowance)
             hits = select(idx, fused_scores(idx, query, embed, params), visible, params, counter)
         if self.kb is not None:
             used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
@@ -191,15 +212,25 @@ class Retrieve:
             return ctx
         head = system_prefix_len(msgs)
         cut = self.tail.epoch_cut(msgs, counter)
-        session = ctx.session_id or fingerprint(msgs[:head + 1])
         if cut <= head and self.kb is None:
-            self.ahead.remember(session, msgs, head)
-            return ctx
+            return ctx  # nothing leaves: no memory work at all for this session yet
+        session = ctx.session_id or fingerprint(msgs[:head + 1])
         keep = self.tail.kept(msgs, head, cut)
         indexed = source(ctx, msgs, head, cut, keep)
-        self.ahead.remember(session, indexed[0], indexed[2])
-        idx = self._index(session, *indexed)
-        zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
+        if cut > head:
+            self.ahead.remember(session, indexed[0], indexed[2])
+        idx = self._index(session)
+        with idx.lock:  # a session's index is used by one request at a time
+            idx.sync(self._chunks(*indexed))
+            unembedded, _ = idx.vectorize(cap=0)  # what the store has; the rest in background
+            if unembedded:
+                self.ahead.fill(session, [idx.chunks[i].embed_text for i in unembedded])
+            zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
+            return self._rewritten(ctx, msgs, head, cut, lu, idx, zones, keep)
+
+    def _rewritten(self, ctx: RequestContext, msgs: list[Any], head: int, cut: int, lu: int,
+                   idx: SessionIndex, zones: dict[int, tuple[str, list[Hit]]],
+                   keep: frozenset[int]) -> RequestContext:
         if cut <= head and not zones:
             return ctx
         out = self._assemble(msgs, head, cut, zones, keep)
@@ -210,7 +241,7 @@ class Retrieve:
         note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
                 "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
                 "scores": [h.score for h in last[1]] if last else [],
-                "oscillation": idx.oscillation(injected)}
+                "unembedded": len(idx.missing()), "oscillation": idx.oscillation(injected)}
         return ctx.replace(messages=out).with_note(self.name, note)
 
     def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
@@ -229,6 +260,7 @@ class Retrieve:
         dropped = [msgs[i] for i in range(head, cut) if i not in keep]
         left = counter.messages(dropped) if dropped else self.params.max_tokens
         kept_text = [text_of(msgs[i]) for i in sorted(keep)]
+        allowance = [self.config.max_embed]  # texts this request may still embed
         for u in users:
             if u != lu and self.tail.epoch_cut(msgs[: u + 1], counter) != cut:
                 continue
@@ -237,7 +269,7 @@ class Retrieve:
             if not self._needs_memory(query, window, idx):
                 continue
             budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
-            hits = self._recall(idx, query, "\n".join(window), counter, budget)
+            hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
             if hits:
                 zones[u] = (render(hits), hits)
                 left -= counter.message({"role": "user", "content": zones[u][0]})

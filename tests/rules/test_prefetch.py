@@ -43,14 +43,19 @@ def test_prefetch_embeds_what_the_next_boundary_drops():
     r = rule(make_deps(extra={"embedder": emb}))
     points = conversation_points()
     during: list[list[str]] = []
-    for msgs in points:
+    first_drop = None
+    for k, msgs in enumerate(points):
         before = len(emb.texts)
         apply(r, msgs)
         during.append(emb.texts[before:])
+        if first_drop is None and "s1" in r.sessions:
+            first_drop = k
         r.prefetch()
-    # after the first request, every turn a later request drops was embedded ahead:
-    # requests embed only forms of their own question (the question, its parts)
-    for msgs, texts in zip(points[1:], during[1:]):
+    # nothing is embedded for a session before retrieve drops something there
+    assert first_drop and not any(during[:first_drop])
+    # after the first request that drops, every turn a later request drops was embedded
+    # ahead: requests embed only forms of their own question (the question, its parts)
+    for msgs, texts in zip(points[first_drop + 1:], during[first_drop + 1:]):
         assert all(t.strip(" ?.") in msgs[-1]["content"] for t in texts), texts
     assert sum(map(len, during)) > 0 and r.prefetch() == 0
 
@@ -85,22 +90,25 @@ def test_engine_prefetches_after_a_rewrite_off_the_request_path():
     settings = dataclasses.replace(settings, rule_options={"retrieve": dict(SMALL)})
     engine = Engine(settings, store=MemoryStore(), extra={"embedder": emb})
     points = conversation_points()
+    retrieve = engine.pipeline.rules[0]
 
-    async def go() -> list[list[str]]:
-        during = []
-        for msgs in points:
+    async def go() -> tuple[list[list[str]], int]:
+        during, first_drop = [], 0
+        for k, msgs in enumerate(points):
             before = len(emb.texts)
             await engine.rewrite_off_loop({"model": "gpt-4o", "messages": msgs}, "s1")
             during.append(emb.texts[before:])
+            first_drop = first_drop or (k if "s1" in retrieve.sessions else 0)
             # wait for the queued prefetch, as the upstream's reply time would
-            await asyncio.get_running_loop().run_in_executor(engine._worker, lambda: None)
-        return during
+            await asyncio.to_thread(engine.background.wait_idle, 30)
+        return during, first_drop
 
     try:
-        during = asyncio.run(go())
+        during, first_drop = asyncio.run(go())
     finally:
         engine.close()
-    for msgs, texts in zip(points[1:], during[1:]):
+    assert first_drop
+    for msgs, texts in zip(points[first_drop + 1:], during[first_drop + 1:]):
         assert all(t.strip(" ?.") in msgs[-1]["content"] for t in texts), texts
     assert len(emb.texts) > sum(map(len, during))  # the rest was embedded between requests
 

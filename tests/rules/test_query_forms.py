@@ -38,6 +38,7 @@ def index_of(turns: list[str], embedder: HashingEmbedder | None = None) -> Sessi
     msgs += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
     idx = SessionIndex("s", EmbeddingCache(embedder or HashingEmbedder(), MemoryStore()))
     idx.sync(chunk_messages(msgs, 1, len(msgs), 1200))
+    idx.vectorize()
     return idx
 
 

@@ -1,0 +1,159 @@
+"""Where rule work runs: a request lane (threads, one session at a time in order) and a
+background lane (one low-priority thread for work that only prepares later requests).
+
+- ``RequestLane``: ``workers`` threads (default: the cores). The rewrites of one session
+  run one after the other, in arrival order; different sessions run in parallel (numpy's
+  BLAS, faiss and the Rust tokenizer release the GIL). At most ``max_queued`` rewrites
+  wait or run: past that ``submit`` returns None and the caller forwards the original.
+- ``BackgroundLane``: one thread at the lowest CPU priority (nice 19 on Linux) for
+  prefetching and shadow rewrites. Its queue holds at most ``max_queued`` jobs; a job
+  that does not fit is dropped and counted. Long jobs call ``pause()`` between steps: it
+  waits (up to ``PAUSE_S``) while a request rewrite runs, so a request never waits
+  behind more than one step of background work.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("context_engine.lanes")
+PAUSE_S = 0.1  # longest a background step waits for the request lane to go idle
+
+
+class Job:
+    """One queued rewrite; ``abandon`` skips it if it has not started (its caller gave up)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        self.abandoned = True
+
+
+class RequestLane:
+    def __init__(self, workers: int, max_queued: int) -> None:
+        self.workers = max(1, workers)
+        self.max_queued = max(1, max_queued)
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="rules")
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._tails: dict[str, Job] = {}  # session → its newest job (only sessions with work)
+        self.queued = 0  # waiting or running
+        self.running = 0
+        self.shed = 0  # refused: the lane was full
+
+    def submit(self, session: str, fn: Callable[[], Any]) -> Job | None:
+        """Queue ``fn`` behind the session's earlier jobs; None when the lane is full."""
+        job = Job(fn)
+        with self._lock:
+            if self.queued >= self.max_queued:
+                self.shed += 1
+                return None
+            self.queued += 1
+            prev = self._tails.get(session)
+            self._tails[session] = job
+        start = lambda _=None: self._pool.submit(self._run, session, job)  # noqa: E731
+        if prev is None:
+            start()
+        else:
+            prev.future.add_done_callback(start)
+        return job
+
+    def _run(self, session: str, job: Job) -> None:
+        with self._lock:
+            self.running += 1
+        try:
+            if not job.abandoned:
+                job.future.set_result(job.fn())
+            else:
+                job.future.set_result(None)
+        except BaseException as exc:  # handed to the awaiting request
+            job.future.set_exception(exc)
+        finally:
+            with self._lock:
+                self.running -= 1
+                self.queued -= 1
+                if self._tails.get(session) is job:
+                    del self._tails[session]
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> None:
+        """Block until no rewrite runs, or ``timeout`` seconds (background steps call it)."""
+        with self._lock:
+            if self.running:
+                self._idle.wait_for(lambda: self.running == 0, timeout)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class BackgroundLane:
+    def __init__(self, max_queued: int, requests: RequestLane | None = None,
+                 pause_s: float = PAUSE_S) -> None:
+        self.requests = requests
+        self.pause_s = pause_s
+        self.max_queued = max(1, max_queued)
+        self._queue: queue.SimpleQueue[Callable[[], Any] | None] = queue.SimpleQueue()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.pending = 0  # queued or running
+        self.dropped = 0
+        self.done = 0
+
+    def submit(self, fn: Callable[[], Any]) -> bool:
+        """Queue ``fn``; False (and counted) when the queue is full."""
+        with self._cv:
+            if self.pending >= self.max_queued:
+                self.dropped += 1
+                return False
+            self.pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="rules-background",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(fn)
+        return True
+
+    def pause(self) -> None:
+        """Called by a background job between steps: give way to running requests."""
+        if self.requests is not None:
+            self.requests.wait_idle(self.pause_s)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until every queued job has run (tests and the bench call it)."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self.pending == 0, timeout)
+
+    def _loop(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):  # not Linux, or not allowed: cooperative pauses only
+            pass
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:  # background work is an optimisation, never fatal
+                log.exception("background job failed")
+            finally:
+                with self._cv:
+                    self.pending -= 1
+                    self.done += 1
+                    self._cv.notify_all()
+
+    def close(self) -> None:
+        with self._cv:
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()

@@ -1,0 +1,95 @@
+"""retrieve on a cold session (a long history it has never embedded): a request embeds at
+most ``max_embed`` texts (the best BM25 candidates first), the background lane embeds the
+rest, and the rewrite stays a pure function of the request and the store's contents.
+Nothing is embedded for a session before retrieve drops something there."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from proxy.store import MemoryStore
+from rules.embedders import HashingEmbedder
+from tests.harness import make_deps
+from tests.rules.test_retrieve import apply, chat, memory_of, rule
+
+FACTS = {3: "My passport number is X99812.", 17: "The wifi password is lemon-tree-42.",
+         40: "Our anniversary dinner is at Luigi's on the 14th."}
+
+
+class Counting(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts):
+        self.texts += texts
+        return super().embed(texts)
+
+
+def cold_history() -> list[dict]:
+    return chat(FACTS, 160, "What is my passport number and the wifi password?")  # 320 old turns
+
+
+def out_json(r, msgs, session="s1") -> str:
+    return json.dumps(apply(r, msgs, session).messages, ensure_ascii=False)
+
+
+def test_a_cold_request_embeds_at_most_max_embed_chunks():
+    emb = Counting()
+    r = rule(make_deps(extra={"embedder": emb}), max_embed=8)
+    msgs = cold_history()
+    out = apply(r, msgs)
+    question_forms = {t for t in emb.texts if t.strip(" ?.") in msgs[-1]["content"]}
+    assert len(set(emb.texts) - question_forms) <= 8
+    assert memory_of(out.messages) and "X99812" in memory_of(out.messages)[0]  # BM25 finds it
+    assert out.notes["retrieve"]["unembedded"] > 100
+
+
+def test_cold_rewrite_is_a_function_of_request_and_store():
+    store = MemoryStore()
+    a = rule(make_deps(store=store, extra={"embedder": HashingEmbedder()}), max_embed=8)
+    msgs = cold_history()
+    snapshot = copy.deepcopy(store._data)
+    first = out_json(a, msgs)
+    # a fresh process with a store holding the same contents gives the same bytes
+    twin_store = MemoryStore()
+    twin_store._data = snapshot
+    twin = rule(make_deps(store=twin_store, extra={"embedder": HashingEmbedder()}), max_embed=8)
+    assert out_json(twin, msgs) == first
+    # so does the same rule and session when the store has not changed in between
+    again_store = MemoryStore()
+    again_store._data = copy.deepcopy(store._data)
+    b = rule(make_deps(store=again_store, extra={"embedder": HashingEmbedder()}), max_embed=8)
+    assert out_json(b, msgs) == out_json(b, msgs)
+
+
+def test_once_the_background_embedded_the_session_it_is_searched_in_full():
+    store = MemoryStore()
+    capped = rule(make_deps(store=store, extra={"embedder": HashingEmbedder()}), max_embed=4)
+    msgs = cold_history()
+    apply(capped, msgs)
+    assert capped.prefetch() > 100  # the background lane embeds what the request left
+    warm = out_json(capped, msgs)
+    full = rule(make_deps(store=MemoryStore(), extra={"embedder": HashingEmbedder()}), max_embed=0)
+    assert warm == out_json(full, msgs)  # the same bytes as an uncapped search
+    assert capped.sessions["s1"].missing() == []
+
+
+def test_no_embedding_before_anything_is_dropped():
+    emb = Counting()
+    r = rule(make_deps(extra={"embedder": emb}), min_closed_tokens=10**6)
+    msgs = cold_history()
+    out = apply(r, msgs)
+    assert out.messages == msgs and r.prefetch() == 0
+    assert emb.texts == [] and "s1" not in r.sessions
+
+
+def test_background_tables_are_bounded():
+    r = rule(make_deps(extra={"embedder": HashingEmbedder()}), max_embed=1, max_sessions=3)
+    msgs = chat(FACTS, 30, "What is my passport number?")
+    for n in range(20):
+        apply(r, msgs, f"s{n}")
+    assert len(r.sessions) == 3 and len(r.ahead.fills) == r.ahead.max_sessions < 20
+    r.prefetch()
+    assert len(r.ahead.done) <= r.ahead.max_sessions and not r.ahead.fills and not r.ahead.pending

@@ -1,0 +1,248 @@
+"""Where rewrites run (``proxy.lanes`` through ``Engine``): one session in order, sessions in
+parallel, background work in its own lane, bounded queues, the rules deadline.
+
+No timed assertions: rules block on events the test releases, and the order things
+happen in is what is checked."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+from proxy.context import RequestContext
+from proxy.engine import Engine
+from proxy.lanes import BackgroundLane, RequestLane
+from proxy.settings import load_settings
+from proxy.store import MemoryStore
+
+WAIT = 30  # seconds an event may take before a test gives up (never reached when it passes)
+
+
+@dataclass(frozen=True)
+class NoConfig:
+    pass
+
+
+class Gate:
+    """A rule that records when each request starts and ends, and holds a request whose
+    last message names a gate until the test opens it."""
+
+    name = "gate"
+    Config = NoConfig
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.lock = threading.Lock()
+        self.gates: dict[str, threading.Event] = {}
+        self.started: dict[str, threading.Event] = {}
+
+    def gate(self, key: str) -> threading.Event:
+        self.started.setdefault(key, threading.Event())
+        return self.gates.setdefault(key, threading.Event())
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        key = ctx.messages[-1]["content"]
+        with self.lock:
+            self.log.append(f"start {key}")
+        if key in self.started:
+            self.started[key].set()
+        if key in self.gates:
+            assert self.gates[key].wait(WAIT), f"gate {key} never opened"
+        with self.lock:
+            self.log.append(f"end {key}")
+        msgs = [*ctx.messages[:-1], {"role": "assistant", "content": f"seen {key}"}, ctx.messages[-1]]
+        return ctx.replace(messages=msgs)
+
+
+def engine_with(rule: Gate, **options) -> Engine:
+    settings = load_settings(flags={"rules": "", "store": "memory://"}, env={})
+    settings = dataclasses.replace(settings, **{"rules_deadline_ms": 0.0, "rule_workers": 2,
+                                                **options})
+    return Engine(settings, store=MemoryStore(), rules=[rule])
+
+
+def body(key: str) -> dict:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": key}]}
+
+
+def test_one_sessions_rewrites_run_in_arrival_order():
+    rule = Gate()
+    hold = rule.gate("a1")
+    engine = engine_with(rule, rule_workers=4)
+
+    async def go():
+        first = asyncio.ensure_future(engine.rewrite_off_loop(body("a1"), "A"))
+        await asyncio.to_thread(rule.started["a1"].wait, WAIT)
+        later = [asyncio.ensure_future(engine.rewrite_off_loop(body(f"a{i}"), "A")) for i in (2, 3)]
+        await asyncio.sleep(0)  # the later ones are queued behind a1, which is held
+        hold.set()
+        return await asyncio.gather(first, *later)
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        engine.close()
+    assert rule.log == ["start a1", "end a1", "start a2", "end a2", "start a3", "end a3"]
+    assert all(r.result.changed and not r.result.failed_open for r in results)
+
+
+def test_different_sessions_run_in_parallel():
+    rule = Gate()
+    hold_a = rule.gate("a")
+    rule.gate("b")  # records when b starts
+
+    async def go(engine: Engine):
+        a = asyncio.ensure_future(engine.rewrite_off_loop(body("a"), "A"))
+        await asyncio.to_thread(rule.started["a"].wait, WAIT)
+        rule.gates["b"].set()
+        b = await engine.rewrite_off_loop(body("b"), "B")  # done while a is still held
+        log = list(rule.log)
+        hold_a.set()
+        await a
+        return b, log
+
+    engine = engine_with(rule)
+    try:
+        b, log = asyncio.run(go(engine))
+    finally:
+        engine.close()
+    assert log == ["start a", "start b", "end b"] and not b.result.failed_open
+
+
+def test_background_work_never_holds_up_a_request():
+    rule = Gate()
+    engine = engine_with(rule)
+    blocked = threading.Event()
+    entered = threading.Event()
+
+    def slow_background_job() -> None:
+        entered.set()
+        assert blocked.wait(WAIT)
+
+    async def go():
+        assert engine.background.submit(slow_background_job)
+        await asyncio.to_thread(entered.wait, WAIT)
+        return await engine.rewrite_off_loop(body("x"), "S")
+
+    try:
+        result = asyncio.run(go())
+        assert result.result.changed and not blocked.is_set()  # done while background is busy
+    finally:
+        blocked.set()
+        engine.close()
+
+
+def test_background_pause_waits_for_running_requests():
+    requests = RequestLane(2, 8)
+    lane = BackgroundLane(4, requests, pause_s=WAIT)
+    release, running, paused = threading.Event(), threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def request() -> None:
+        running.set()
+        assert release.wait(WAIT)
+        order.append("request done")
+
+    def background() -> None:
+        paused.set()
+        lane.pause()  # a request is running: wait for it
+        order.append("background step")
+
+    try:
+        requests.submit("S", request)
+        assert running.wait(WAIT)
+        lane.submit(background)
+        assert paused.wait(WAIT)
+        release.set()
+        assert lane.wait_idle(WAIT)
+        assert order == ["request done", "background step"]
+    finally:
+        release.set()
+        requests.close()
+        lane.close()
+
+
+def test_request_lane_is_bounded_and_sheds_to_the_original():
+    rule = Gate()
+    hold = rule.gate("held")
+    engine = engine_with(rule, rules_queue=2, rule_workers=1)
+
+    async def go():
+        first = asyncio.ensure_future(engine.rewrite_off_loop(body("held"), "A"))
+        await asyncio.to_thread(rule.started["held"].wait, WAIT)
+        second = asyncio.ensure_future(engine.rewrite_off_loop(body("q"), "B"))
+        await asyncio.sleep(0)
+        third = await engine.rewrite_off_loop(body("shed"), "C")  # the lane holds 2: refused
+        hold.set()
+        return await first, await second, third
+
+    try:
+        first, second, third = asyncio.run(go())
+    finally:
+        engine.close()
+    assert not first.result.failed_open and not second.result.failed_open
+    assert third.result.failed_open and not third.result.changed
+    assert third.result.problems == ["rules lane full"]
+    assert engine.lane_stats()["shed"] == 1 and "start shed" not in rule.log
+
+
+def test_background_queue_is_bounded_and_drops():
+    lane = BackgroundLane(1)
+    release, entered = threading.Event(), threading.Event()
+    try:
+        assert lane.submit(lambda: (entered.set(), release.wait(WAIT)))
+        assert entered.wait(WAIT)
+        assert not lane.submit(lambda: None)
+        assert lane.dropped == 1
+    finally:
+        release.set()
+        lane.close()
+
+
+def test_deadline_sends_the_original_and_counts_it():
+    rule = Gate()
+    hold = rule.gate("slow")
+    engine = engine_with(rule, rules_deadline_ms=50.0)
+
+    async def go():
+        slow = await engine.rewrite_off_loop(body("slow"), "A")  # held past the deadline
+        queued = asyncio.ensure_future(engine.rewrite_off_loop(body("next"), "A"))
+        late = await queued  # behind the held one: its deadline passes while it waits
+        hold.set()
+        await asyncio.to_thread(engine.requests.close)
+        return slow, late
+
+    try:
+        slow, late = asyncio.run(go())
+    finally:
+        hold.set()
+        engine.close()
+    for r in (slow, late):
+        assert r.result.failed_open and not r.result.changed
+        assert r.result.ctx.messages == body(r.result.ctx.messages[-1]["content"])["messages"]
+    assert slow.result.problems == ["rules_deadline_ms passed"]
+    assert engine.lane_stats()["deadline"] == 2
+    assert "start next" not in rule.log  # abandoned before it started: skipped, not run late
+
+
+def test_no_deadline_within_it():
+    rule = Gate()
+    engine = engine_with(rule, rules_deadline_ms=60_000.0)
+    try:
+        r = asyncio.run(engine.rewrite_off_loop(body("quick"), "A"))
+    finally:
+        engine.close()
+    assert r.result.changed and not r.result.failed_open and engine.lane_stats()["deadline"] == 0
+
+
+@pytest.mark.parametrize("bad", [{"rules_deadline_ms": -1}, {"rules_queue": 0}, {"rule_workers": -2}])
+def test_bad_lane_settings_stop_start_up(bad):
+    from proxy.settings import ConfigError
+
+    key, value = next(iter(bad.items()))
+    with pytest.raises(ConfigError, match=key):
+        load_settings(flags={key: value}, env={})
