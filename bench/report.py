@@ -40,13 +40,15 @@ def single_table(file: str, result: dict[str, Any]) -> Table:
         label = {"messages": "saved msgs", "tool_results": "saved tool results"}.get(
             enc, f"saved {enc.split('_')[0]}")
         table.add_column(label, justify="right")
-    for name in ("evidence retained", "invalid", "fail-open", "median ms", "p95 ms"):
+    for name in ("evidence retained", "invalid", "fail-open", "median ms", "p95 ms",
+                 "+background p95", "over deadline"):
         table.add_column(name, justify="right")
     for name, s in result["systems"].items():
         table.add_row(escape(name), f"{s['tokens_after'].get(PRIMARY, 0):,}",
                       *[_pct(s["reduction"][e]) for e in encodings], _retention(s),
                       str(s["invalid"]), str(s["failed_open"]),
-                      _ms(s["latency_ms"]), _p95(s["latency_ms"]))
+                      _ms(s["latency_ms"]), _p95(s["latency_ms"]),
+                      _p95(s.get("client_latency_ms", {})), str(s.get("over_deadline", 0)))
     return table
 
 

@@ -37,6 +37,7 @@ class Outcome:
     failed_open: bool = False
     reverted_because: list[str] = field(default_factory=list)  # the pipeline's invariant check
     background_ms: float = 0.0  # work done after the request, while the model would reply
+    over_deadline: bool = False  # the rewrite took longer than rules_deadline_ms (the server sends the original)
 
 
 class Session(Protocol):
@@ -92,7 +93,8 @@ class _EngineSession:
         return Outcome(out, ms, journal=list(rw.result.journal),
                        problems=rewrite_problems(messages, out, zone_line),
                        failed_open=rw.result.failed_open,
-                       reverted_because=list(rw.result.problems), background_ms=background)
+                       reverted_because=list(rw.result.problems), background_ms=background,
+                       over_deadline=0 < self.engine.settings.rules_deadline_ms < ms)
 
 
 @dataclass

@@ -30,6 +30,8 @@ class Tally:
     rule_ms: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     ms: list[float] = field(default_factory=list)
     background_ms: list[float] = field(default_factory=list)
+    client_ms: list[float] = field(default_factory=list)  # rewrite + the background work it queued
+    over_deadline: int = 0
     ms_by_length: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     # replay only
     stable_shares: list[float] = field(default_factory=list)
@@ -59,6 +61,10 @@ class Tally:
                 self.rule_saved[entry.rule] += entry.saved
         self.ms.append(out.ms)
         self.background_ms.append(out.background_ms)
+        # what a client can wait: the background work a request queues shares the cores
+        # with the next requests (all of it, when the upstream answers faster)
+        self.client_ms.append(out.ms + out.background_ms)
+        self.over_deadline += int(getattr(out, "over_deadline", False))
         self.ms_by_length[length_bucket(n_messages)].append(out.ms)
 
     def add_probe(self, case_id: str, evidence: tuple[str, ...], retained: bool) -> None:
@@ -102,6 +108,8 @@ class Tally:
             "rule_latency_ms": {r: _latency(v) for r, v in sorted(self.rule_ms.items())},
             "latency_ms": _latency(self.ms),
             "prefetch_latency_ms": _latency(self.background_ms),
+            "client_latency_ms": _latency(self.client_ms),
+            "over_deadline": self.over_deadline,
             "latency_ms_by_length": {k: _latency(v) for k, v in sorted(self.ms_by_length.items(),
                                                                       key=_bucket_key)},
         }

@@ -71,6 +71,7 @@ class Engine:
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body, session_id))
         if job is None:
             return self._original(body, session_id, "rules lane full")
+        job.future.add_done_callback(lambda _: self.queue_prefetch())  # also past the deadline
         done = asyncio.wrap_future(job.future)
         done.add_done_callback(_observe)
         try:
@@ -80,7 +81,6 @@ class Engine:
             self.stats.add("deadline")
             log.warning("rewrite of session %s passed rules_deadline_ms; original sent", session_id)
             return self._original(body, session_id, "rules_deadline_ms passed")
-        self.queue_prefetch()
         return result
 
     async def rewrite_in_background(self, body: dict[str, Any], session_id: str) -> Rewrite | None:

@@ -1,7 +1,8 @@
 """After the response: shadow rewrites, context metrics, the ledger row and /metrics.
 
 All of it runs once the response body has been sent: shadow rewrites in the rules'
-worker thread (so they never hold up the event loop), the rest as a task on the loop.
+background lane (so they never hold up the event loop or a request), the rest as a task
+on the loop.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class Finisher:
 
 async def _shadow_rewrite(engine: Engine, data: dict[str, Any], session: str) -> Rewrite | None:
     try:
-        return await engine.rewrite_off_loop(data, session)
+        return await engine.rewrite_in_background(data, session)  # None: background lane full
     except Exception:  # the edge: a failed shadow rewrite is recorded as failed open
         log.exception("shadow rewrite failed")
         return None

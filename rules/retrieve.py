@@ -11,9 +11,16 @@ What it does
     named speaker's own words; its month and year scoping sessions; names in the best
     hits searched again; neighbouring turns decayed by distance — ``memory_search``)
     picks the relevant snippets, and they come back as one ``[context-engine:memory]``
-    user message just before that user turn. Between requests, ``prefetch`` embeds the
-    turns that will leave the window next, so the request at a block boundary finds
-    them embedded.
+    user message just before that user turn.
+
+Cost
+    Nothing is embedded for a session until turns leave its request, and then only
+    what left. Vectors come from the store; a request embeds at most ``max_embed``
+    missing ones, the best BM25 candidates of its question first, and the chunks still
+    without a vector rank by BM25 alone (a cold session's first request stays fast).
+    ``prefetch`` (the background lane, between requests) embeds those, and the turns
+    that will leave at the next block boundary. The rewrite is a function of the request
+    and the store's contents: with every vector stored it is the full hybrid search.
 
 Why
     Clients resend the whole history; most of it is irrelevant to the current turn.

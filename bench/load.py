@@ -1,0 +1,290 @@
+"""Concurrent sessions through the real server, beside a passthrough floor, in one run.
+
+Starts a loopback upstream (``bench.load_mock``: ``--delay`` seconds per reply, optional
+faults) and, one after the other, two proxies as subprocesses (``python -m proxy.cli
+serve``): the floor (``--rules ""``: the same server with no rule) and the proxy with
+``--rules`` (default: the configured rules). Each of ``--sessions`` sessions replays real
+cases turn by turn (every request point, as the agent sent it), its own ``X-Session-Id``.
+Added latency = the client's round trip minus the upstream's delay, for requests the
+upstream answered without a fault. Reports p50/p95/max added, throughput, errors the proxy
+caused, faults surfaced to or hidden from clients, ledger rows against requests, the
+rules' deadline and shed counters, and the proxy's RSS over time. Run by hand:
+
+    python3 bench/load.py --sessions 30                          # dev traces, 1 s upstream
+    python3 bench/load.py --data locomo --sessions 10 --skip 60 --turns 40
+    python3 bench/load.py --cold 5                               # cold 300-turn requests
+    python3 bench/load.py --sessions 50 --stream --faults reset=0.05,error=0.05,slow=0.02 --duration 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.cases import load_cases, request_points, resolve_file  # noqa: E402
+from bench.load_mock import SLOW_FACTOR, parse_faults  # noqa: E402
+from bench.overhead import free_port, wait_up  # noqa: E402
+
+
+@dataclass
+class Outcome:
+    session: str
+    sent: float  # seconds since the phase began
+    seconds: float
+    fault: str  # the upstream's fault ("none", "slow", "error", "reset"), "?" when unknown
+    status: int | None
+    error: str  # the client's exception, if any
+
+
+@dataclass
+class Phase:
+    name: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    wall: float = 0.0
+    rss_mb: list[tuple[float, float]] = field(default_factory=list)
+    ledger_rows: int | None = None
+    lanes: dict[str, Any] = field(default_factory=dict)
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+
+
+def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", *cmd], env=env, stdout=subprocess.DEVNULL)
+
+
+def start_proxy(port: int, upstream: str, rules: str | None, ledger: str,
+                env: dict[str, str], extra: list[str]) -> subprocess.Popen:
+    cmd = ["proxy.cli", "serve", "--port", str(port), "--upstream", upstream, "--store",
+           "memory://", "--ledger", ledger, *extra]
+    if rules is not None:
+        cmd += ["--rules", rules]
+    return start(cmd, {**env, "CONTEXT_ENGINE_LOG_LEVEL": "error"})
+
+
+async def send(client: httpx.AsyncClient, url: str, body: dict, session: str,
+               t0: float) -> Outcome:
+    sent = time.perf_counter()
+    fault, status, error = "?", None, ""
+    headers = {"x-session-id": session, "authorization": "Bearer load-test"}
+    try:
+        async with client.stream("POST", url, json=body, headers=headers) as r:
+            fault, status = r.headers.get("x-mock-fault", "?"), r.status_code
+            async for _ in r.aiter_raw():
+                pass
+    except httpx.HTTPError as exc:
+        error = type(exc).__name__
+    return Outcome(session, sent - t0, time.perf_counter() - sent, fault, status, error)
+
+
+def requests_of(case: Any, skip: int, turns: int) -> list[list[dict]]:
+    points = request_points(case.messages)[skip:]
+    points = points[:turns] if turns else points
+    return [case.messages[: i + 1] for i in points]
+
+
+async def run_sessions(url: str, cases: list[Any], args: argparse.Namespace) -> tuple[list[Outcome], float]:
+    t0 = time.perf_counter()
+    out: list[Outcome] = []
+    limits = httpx.Limits(max_connections=args.sessions * 2, max_keepalive_connections=args.sessions * 2)
+
+    async def session(k: int) -> None:
+        async with httpx.AsyncClient(timeout=args.delay * SLOW_FACTOR + 120, limits=limits) as client:
+            rep = 0
+            while True:
+                case = cases[(k + rep * args.sessions) % len(cases)]
+                for msgs in requests_of(case, args.skip, args.turns):
+                    body = {"model": "gpt-4o", "messages": msgs, "stream": args.stream}
+                    if case.tools:
+                        body["tools"] = case.tools
+                    out.append(await send(client, url, body, f"load-{k}-{rep}-{case.id}", t0))
+                    if args.duration and time.perf_counter() - t0 > args.duration:
+                        return
+                rep += 1
+                if not args.duration:
+                    return
+
+    await asyncio.gather(*(session(k) for k in range(args.sessions)))
+    return out, time.perf_counter() - t0
+
+
+async def run_cold(url: str, args: argparse.Namespace) -> tuple[list[Outcome], float]:
+    """``--cold`` conversations, each one request with 300+ old turns in a new session,
+    while five bystander sessions send short requests back to back."""
+    convs = load_cases(resolve_file("locomo"), dedupe=True)[: args.cold]
+    traces = load_cases(resolve_file("agent_traces"))[:20]
+    t0 = time.perf_counter()
+    out: list[Outcome] = []
+    stop = asyncio.Event()
+
+    async def bystander(k: int) -> None:
+        async with httpx.AsyncClient(timeout=120) as client:
+            i = 0
+            while not stop.is_set():
+                msgs = requests_of(traces[(k + i) % len(traces)], 0, 1)[0]
+                out.append(await send(client, url, {"model": "gpt-4o", "messages": msgs},
+                                      f"bystander-{k}-{i}", t0))
+                i += 1
+
+    tasks = [asyncio.ensure_future(bystander(k)) for k in range(5)]
+    await asyncio.sleep(3 * args.delay)  # the bystanders are in flight
+    async with httpx.AsyncClient(timeout=300) as client:
+        for c, case in enumerate(convs):
+            i = next(p for p in request_points(case.messages) if p >= 300)
+            out.append(await send(client, url, {"model": "gpt-4o", "messages": case.messages[: i + 1]},
+                                  f"cold-{c}", t0))
+            await asyncio.sleep(args.delay)
+    stop.set()
+    await asyncio.gather(*tasks)
+    return out, time.perf_counter() - t0
+
+
+async def sample_rss(pid: int, every: float, into: list[tuple[float, float]], stop: asyncio.Event) -> None:
+    t0 = time.perf_counter()
+    while not stop.is_set():
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                kb = next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+            into.append((round(time.perf_counter() - t0, 1), round(kb / 1024, 1)))
+        except (OSError, StopIteration):
+            return
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
+                args: argparse.Namespace, env: dict[str, str], tmp: str) -> Phase:
+    port, ledger = free_port(), os.path.join(tmp, f"{name}.db")
+    extra = ["--config", args.config] if args.config else ["--config", os.devnull]
+    proc = start_proxy(port, upstream, rules, ledger, env, extra)
+    result = Phase(name)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await asyncio.to_thread(wait_up, base + "/healthz")
+        url = base + "/v1/chat/completions"
+        async with httpx.AsyncClient(timeout=300) as client:  # first-request costs, untimed
+            warm = load_cases(resolve_file("agent_traces"))[0]
+            for k, msgs in enumerate(requests_of(warm, 0, 2)):
+                await send(client, url, {"model": "gpt-4o", "messages": msgs}, f"warmup-{k}", 0.0)
+        stop = asyncio.Event()
+        rss = asyncio.ensure_future(sample_rss(proc.pid, args.rss_every, result.rss_mb, stop))
+        if args.cold:
+            result.outcomes, result.wall = await run_cold(url, args)
+        else:
+            result.outcomes, result.wall = await run_sessions(url, cases, args)
+        stop.set()
+        await rss
+        async with httpx.AsyncClient(timeout=120) as client:
+            result.lanes = (await client.get(base + "/healthz")).json().get("rules_lanes") or {}
+            await client.get(base + "/stats")  # drains the finisher: every row is written
+        with sqlite3.connect(ledger) as db:
+            result.ledger_rows = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return result
+
+
+def summary(p: Phase, delay: float) -> dict[str, Any]:
+    clean = [o for o in p.outcomes if o.fault == "none" and o.status == 200 and not o.error]
+    added = [(o.seconds - delay) * 1000 for o in clean]
+    proxy_failures = [o for o in p.outcomes if o.fault in ("none", "slow", "?") and
+                      (o.error or o.status != 200)]
+    faulted = [o for o in p.outcomes if o.fault in ("error", "reset")]
+    surfaced = [o for o in faulted if o.error or (o.status or 0) >= 400]
+    cold = [o for o in clean if o.session.startswith("cold-")]
+    by = [o for o in clean if o.session.startswith("bystander-")]
+    rss = [m for _, m in p.rss_mb]
+    out = {"requests": len(p.outcomes), "wall_s": round(p.wall, 1),
+           "throughput_rps": round(len(p.outcomes) / p.wall, 2) if p.wall else None,
+           "added_ms": {"p50": _r(pct(added, 0.5)), "p95": _r(pct(added, 0.95)),
+                        "max": _r(max(added, default=None))},
+           "proxy_failures": len(proxy_failures),
+           "failure_examples": sorted({f"{o.fault}/{o.status}/{o.error}" for o in proxy_failures})[:5],
+           "faults": len(faulted), "faults_surfaced": len(surfaced),
+           "ledger_rows": p.ledger_rows, "ledger_rows_expected": len(p.outcomes) + 2, "lanes": p.lanes,
+           "rss_mb": {"first": rss[0] if rss else None, "after_warmup": rss[len(rss) // 4] if rss else None,
+                      "last": rss[-1] if rss else None, "max": max(rss, default=None)}}
+    if cold:
+        out["cold_added_ms"] = [_r((o.seconds - delay) * 1000) for o in cold]
+        out["bystander_added_ms"] = {"p50": _r(pct([(o.seconds - delay) * 1000 for o in by], 0.5)),
+                                     "max": _r(max(((o.seconds - delay) * 1000 for o in by), default=None))}
+    return out
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    parse_faults(args.faults)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    cases = [] if args.cold else load_cases(resolve_file(args.data), dedupe=args.data == "locomo")
+    port = free_port()
+    mock = start(["bench.load_mock", "--port", str(port), "--delay", str(args.delay),
+                  "--faults", args.faults, "--seed", str(args.seed)], env)
+    report: dict[str, Any] = {"args": vars(args)}
+    try:
+        await asyncio.to_thread(wait_up, f"http://127.0.0.1:{port}/")
+        upstream = f"http://127.0.0.1:{port}/v1"
+        with tempfile.TemporaryDirectory() as tmp:
+            phases = [("proxy", args.rules)] if args.no_floor or args.cold else [("floor", ""), ("proxy", args.rules)]
+            for name, rules in phases:
+                p = await phase(name, rules, upstream, cases, args, env, tmp)
+                report[name] = summary(p, args.delay)
+                report[name]["rss_over_time"] = p.rss_mb
+                print(f"{name}: {json.dumps({k: v for k, v in report[name].items() if k != 'rss_over_time'})}",
+                      file=sys.stderr)
+    finally:
+        mock.terminate()
+        mock.wait(30)
+    return report
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default="agent_traces", help="agent_traces | locomo | a JSONL path")
+    p.add_argument("--sessions", type=int, default=30)
+    p.add_argument("--delay", type=float, default=1.0, help="upstream seconds per reply")
+    p.add_argument("--rules", default=None, help="rules of the proxy (default: configured)")
+    p.add_argument("--config", default=None, help="config.yaml of the proxies (default: none)")
+    p.add_argument("--skip", type=int, default=0, help="request points skipped at the start of each case")
+    p.add_argument("--turns", type=int, default=0, help="request points per case at most (0 = all)")
+    p.add_argument("--duration", type=float, default=0, help="seconds to keep replaying (0 = each case once)")
+    p.add_argument("--stream", action="store_true", help="stream every reply (SSE)")
+    p.add_argument("--faults", default="", help="e.g. reset=0.05,error=0.05,slow=0.02")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cold", type=int, default=0, help="N cold LoCoMo requests (300+ old turns) with bystanders")
+    p.add_argument("--no-floor", action="store_true", help="skip the passthrough floor")
+    p.add_argument("--rss-every", type=float, default=5.0)
+    p.add_argument("--json", default=None, help="write the report here")
+    args = p.parse_args()
+    report = asyncio.run(main_async(args))
+    text = json.dumps(report, indent=1)
+    if args.json:
+        with open(args.json, "w") as fh:
+            fh.write(text)
+    print(json.dumps({k: v for k, v in report.items() if k != "args"} | {}, default=str)[:4000])
+
+
+if __name__ == "__main__":
+    main()
