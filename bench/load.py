@@ -65,6 +65,15 @@ def pct(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", *cmd], env=env, stdout=subprocess.DEVNULL)
 
@@ -198,8 +207,7 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
         with sqlite3.connect(ledger) as db:
             result.ledger_rows = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
     finally:
-        proc.terminate()
-        proc.wait(30)
+        stop_process(proc)
     return result
 
 
@@ -255,8 +263,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"{name}: {json.dumps({k: v for k, v in report[name].items() if k != 'rss_over_time'})}",
                       file=sys.stderr)
     finally:
-        mock.terminate()
-        mock.wait(30)
+        stop_process(mock)
     return report
 
 

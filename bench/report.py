@@ -48,7 +48,7 @@ def single_table(file: str, result: dict[str, Any]) -> Table:
                       *[_pct(s["reduction"][e]) for e in encodings], _retention(s),
                       str(s["invalid"]), str(s["failed_open"]),
                       _ms(s["latency_ms"]), _p95(s["latency_ms"]),
-                      _p95(s.get("client_latency_ms", {})), str(s.get("over_deadline", 0)))
+                      _p95(s.get("client_latency_ms", {})), str(s.get("latency_over_deadline", 0)))
     return table
 
 

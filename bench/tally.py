@@ -109,7 +109,7 @@ class Tally:
             "latency_ms": _latency(self.ms),
             "prefetch_latency_ms": _latency(self.background_ms),
             "client_latency_ms": _latency(self.client_ms),
-            "over_deadline": self.over_deadline,
+            "latency_over_deadline": self.over_deadline,
             "latency_ms_by_length": {k: _latency(v) for k, v in sorted(self.ms_by_length.items(),
                                                                       key=_bucket_key)},
         }

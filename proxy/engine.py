@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.context import RequestContext
-from proxy.lanes import BackgroundLane, RequestLane
+from proxy.lanes import BackgroundLane, LaneClosed, RequestLane
 from proxy.pipeline import Pipeline, PipelineResult, PipelineStats
 from proxy.settings import Settings, build_rules
 from proxy.store import Store, open_store
@@ -120,6 +120,8 @@ class Engine:
         for rule in self._prefetchers:
             try:
                 done += int(rule.prefetch(pause) or 0)
+            except LaneClosed:  # shutting down
+                return done
             except Exception:  # prefetching is an optimisation, never fatal
                 log.exception("prefetch of rule %s failed", rule.name)
         return done
@@ -131,6 +133,7 @@ class Engine:
                 "background_dropped": self.background.dropped}
 
     def close(self) -> None:
+        self.background.closing = True  # a running prefetch stops at its next pause
         self.requests.close()
         self.background.close()
 

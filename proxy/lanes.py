@@ -26,6 +26,10 @@ log = logging.getLogger("context_engine.lanes")
 PAUSE_S = 0.1  # longest a background step waits for the request lane to go idle
 
 
+class LaneClosed(Exception):
+    """Raised by ``BackgroundLane.pause`` once the lane is closing: the job stops there."""
+
+
 class Job:
     """One queued rewrite; ``abandon`` skips it if it has not started (its caller gave up)."""
 
@@ -46,6 +50,8 @@ class RequestLane:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._tails: dict[str, Job] = {}  # session → its newest job (only sessions with work)
+        self._jobs: set[Job] = set()  # every job waiting or running (at most max_queued)
+        self._closed = False
         self.queued = 0  # waiting or running
         self.running = 0
         self.shed = 0  # refused: the lane was full
@@ -60,12 +66,19 @@ class RequestLane:
             self.queued += 1
             prev = self._tails.get(session)
             self._tails[session] = job
-        start = lambda _=None: self._pool.submit(self._run, session, job)  # noqa: E731
+            self._jobs.add(job)
         if prev is None:
-            start()
+            self._start(session, job)
         else:
-            prev.future.add_done_callback(start)
+            prev.future.add_done_callback(lambda _: self._start(session, job))
         return job
+
+    def _start(self, session: str, job: Job) -> None:
+        try:
+            self._pool.submit(self._run, session, job)
+        except RuntimeError:  # the lane closed while the job waited: it is skipped
+            job.abandon()
+            self._run(session, job)
 
     def _run(self, session: str, job: Job) -> None:
         with self._lock:
@@ -81,6 +94,7 @@ class RequestLane:
             with self._lock:
                 self.running -= 1
                 self.queued -= 1
+                self._jobs.discard(job)
                 if self._tails.get(session) is job:
                     del self._tails[session]
                 self._idle.notify_all()
@@ -92,6 +106,11 @@ class RequestLane:
                 self._idle.wait_for(lambda: self.running == 0, timeout)
 
     def close(self) -> None:
+        """Skip every job that has not started; wait for the running ones."""
+        with self._lock:
+            self._closed = True
+            for job in self._jobs:
+                job.abandon()
         self._pool.shutdown(wait=True)
 
 
@@ -105,6 +124,7 @@ class BackgroundLane:
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self.pending = 0  # queued or running
+        self.closing = False
         self.dropped = 0
         self.done = 0
 
@@ -123,7 +143,10 @@ class BackgroundLane:
         return True
 
     def pause(self) -> None:
-        """Called by a background job between steps: give way to running requests."""
+        """Called by a background job between steps: give way to running requests.
+        Raises ``LaneClosed`` once the lane is closing (the job ends there)."""
+        if self.closing:
+            raise LaneClosed()
         if self.requests is not None:
             self.requests.wait_idle(self.pause_s)
 
@@ -142,7 +165,10 @@ class BackgroundLane:
             if fn is None:
                 return
             try:
-                fn()
+                if not self.closing:
+                    fn()
+            except LaneClosed:
+                pass
             except Exception:  # background work is an optimisation, never fatal
                 log.exception("background job failed")
             finally:
@@ -152,7 +178,9 @@ class BackgroundLane:
                     self._cv.notify_all()
 
     def close(self) -> None:
+        """Run no more queued jobs; the running one stops at its next ``pause``."""
         with self._cv:
+            self.closing = True
             thread = self._thread
         if thread is not None:
             self._queue.put(None)
