@@ -70,6 +70,7 @@ class Engine:
             return await self.rewrite(body, session_id)
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body, session_id))
         if job is None:
+            self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
         job.future.add_done_callback(lambda _: self.queue_prefetch())  # also past the deadline
         done = asyncio.wrap_future(job.future)
@@ -160,9 +161,7 @@ class Engine:
         return ctx, counter, fallback
 
     def _original(self, body: dict[str, Any], session_id: str, reason: str) -> Rewrite:
-        """The request unchanged, as a failed-open rewrite (counted)."""
-        if reason == "rules lane full":
-            self.stats.add("shed")
+        """The request unchanged, as a failed-open rewrite."""
         ctx, counter, fallback = self._context(body, session_id)
         tokens = counter.request(ctx.messages, ctx.tools)
         result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=[reason],

@@ -246,3 +246,27 @@ def test_bad_lane_settings_stop_start_up(bad):
     key, value = next(iter(bad.items()))
     with pytest.raises(ConfigError, match=key):
         load_settings(flags={key: value}, env={})
+
+
+def test_closing_skips_queued_rewrites_and_waits_for_the_running_one():
+    lane = RequestLane(1, 8)
+    release, running = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def held() -> str:
+        running.set()
+        assert release.wait(WAIT)
+        ran.append("held")
+        return "held"
+
+    first = lane.submit("A", held)
+    assert running.wait(WAIT)
+    queued = [lane.submit("A", lambda: ran.append("a2")), lane.submit("B", lambda: ran.append("b"))]
+    closer = threading.Thread(target=lane.close)
+    closer.start()
+    while not all(j.abandoned for j in queued):  # close() marks them before it waits
+        threading.Event().wait(0.01)
+    release.set()
+    closer.join(WAIT)
+    assert not closer.is_alive() and ran == ["held"] and first.future.result() == "held"
+    assert all(j.future.result() is None for j in queued) and lane.queued == 0
