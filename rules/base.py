@@ -93,6 +93,29 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def made_of(text: str, phrases: frozenset[str], longest: int) -> bool:
+    """True when ``text`` is one or more of ``phrases`` in a row, whitespace allowed after
+    each ("ok thanks", "嗯嗯好的"). A word-break walk over positions: linear in the text
+    times ``longest`` (the longest phrase), where a regex ``(?:a|aa)+`` backtracks
+    exponentially."""
+    n = len(text)
+    if not n or text[0].isspace():
+        return False
+    reach = bytearray(n + 1)
+    reach[0] = 1
+    for i in range(n):
+        if not reach[i]:
+            continue
+        for size in range(1, min(longest, n - i) + 1):
+            if text[i:i + size] in phrases:
+                j = i + size
+                reach[j] = 1
+                while j < n and text[j].isspace():
+                    j += 1
+                    reach[j] = 1
+    return bool(reach[n])
+
+
 # --- turns and blocks --------------------------------------------------------------
 #
 # A *unit* is the smallest piece of history a rule may drop, fold or summarize without

@@ -293,5 +293,5 @@ def _call_index(msgs: list[Any]) -> dict[str, tuple[str, str]]:
 def _canon(arguments: Any) -> str:
     try:
         return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return str(arguments)

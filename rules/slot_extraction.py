@@ -31,15 +31,17 @@ _SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]{0,20}(?: [A-Z][\w.'-]{0,20})?):\s+")
 # Strong entities (numbers, dates, ids, amounts, acronyms) count 2; capitalised words
 # inside a sentence (names, places) count 1.
 _STRONG = re.compile(
-    r"\d+(?:[.,:/-]\d+)*|[$€£¥￥]|\b[\w.+-]+@[\w-]+\.\w|https?://|\b\w+_\w+\b"
+    r"\d+(?:[.,:/-]\d+)*|[$€£¥￥]|(?<![\w.+-])[\w.+-]+@[\w-]+\.\w|https?://|\b(?=\w+_\w)\w++"
     r"|\b[A-Z]{2,}\b"
     r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\b"
     r"|\b(?:[Yy]esterday|[Tt]oday|[Tt]omorrow|[Tt]onight"
     r"|(?:[Ll]ast|[Nn]ext) (?:week|month|year|weekend))\b"
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b"
-    r"|[零一二两三四五六七八九十百千万]+[年月日号点岁元块次天周个位]"
-    r"|昨天|今天|明天|上周|下周|星期|周[一二三四五六日]|[《“「].+?[》”」]"
+    r"|(?<![零一二两三四五六七八九十百千万])[零一二两三四五六七八九十百千万]+[年月日号点岁元块次天周个位]"
+    r"|昨天|今天|明天|上周|下周|星期|周[一二三四五六日]|[《“「][^《“「》”」\n]+[》”」]"
 )
+# Patterns that scan a run start only where the run starts (lookbehind), so each run is
+# read once: "a.a.a…" or "一一一…" without an end cost linear time, not quadratic.
 _NAME = re.compile(r"(?<=[a-z;:] )[A-Z][a-z]+(?: [A-Z][a-z]+)*")
 _REVOKE = re.compile(
     r"\b(?:cancel(?:l?ed|s|ling)?|undo|undid|revert(?:ed)?|roll(?:ed)? back|never ?mind"
@@ -50,8 +52,11 @@ _PENDING = re.compile(
     r"|i want (?:you )?to|i'm looking to|i am looking to|i'm trying to|help me|make sure"
     r"|remember to|don't forget|let's)\b"
     r"|\b(?:please|todo|to-do|need you to|have to|must)\b"
-    r"|请|帮我(?!.*了[。！!]?$)|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快",
+    r"|请|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快",
     re.IGNORECASE)
+# "帮我…" asks for something unless the sentence reports it done ("帮我订好了。"); tested
+# on the sentence's end once, not by a lookahead that rereads the sentence per "帮我".
+_DONE = re.compile(r"了[。！!]?$")
 _DECISION = re.compile(
     r"\b(?:i will|i'll|we will|we'll|i'm going to|i am going to|we're going to|decided"
     r"|decide to|plan(?:ning)? to|agreed|going with|let's go with|i confirm|confirmed|go ahead"
@@ -177,9 +182,13 @@ def _classify(role: str, sentence: str) -> tuple[str, int]:
     for slot, pattern in _CUES:
         if slot == "pending_tasks" and role != "user":
             continue
-        if pattern.search(sentence):
+        if pattern.search(sentence) or (slot == "pending_tasks" and _help_me(sentence)):
             return slot, score + _CUE_BONUS
     return "confirmed_facts", score
+
+
+def _help_me(sentence: str) -> bool:
+    return "帮我" in sentence and not _DONE.search(sentence)
 
 
 def _select(items: list[_Item], max_chars: int) -> Slots:
@@ -226,7 +235,7 @@ def _ids_in(result: str) -> list[str]:
     tool output, in document order, each once; none for non-JSON output."""
     try:
         parsed = json.loads(result)
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     found: dict[str, None] = {}
     stack = [parsed]
@@ -247,7 +256,7 @@ def _ids_in(result: str) -> list[str]:
 def _args_text(arguments: str) -> str:
     try:
         parsed = json.loads(arguments) if arguments else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return clip(arguments, 60)
     if not isinstance(parsed, dict):
         return clip(json.dumps(parsed, ensure_ascii=False), 60)
@@ -263,16 +272,22 @@ def _scalar(v: Any) -> str:
 _KEY_HINTS = ("error", "status", "id", "name", "total", "amount", "price", "message", "result")
 
 
-def _outcome(result: str) -> str:
+def _outcome(result: str, nested: bool = False) -> str:
+    """The gist of a tool output: its first line, or its telling fields (one level into
+    a list of items, never deeper)."""
     text = result.strip()
     if not text:
         return "(empty)"
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return next((ln for ln in text.splitlines() if ln.strip()), text)
     if isinstance(parsed, list):
-        return f"{len(parsed)} items" + (f": {_outcome(json.dumps(parsed[0]))}" if parsed else "")
+        first = parsed[0] if parsed else None
+        if isinstance(first, (dict, list)) and not nested:
+            return f"{len(parsed)} items: {_outcome(json.dumps(first), nested=True)}"
+        shown = json.dumps(first) if isinstance(first, (dict, list)) else str(first)
+        return f"{len(parsed)} items" + (f": {shown}" if parsed else "")
     if not isinstance(parsed, dict):
         return str(parsed)
     scalars = [(k, v) for k, v in parsed.items() if not isinstance(v, (dict, list))]
