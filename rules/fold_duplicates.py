@@ -53,6 +53,7 @@ from rules import fold_patterns as fp
 from rules.base import (
     RuleDeps,
     closed_block_count,
+    keep_users_apart,
     last_user_index,
     option,
     system_prefix_len,
@@ -123,6 +124,8 @@ class FoldDuplicates:
         if self.config.superseded:
             self._fold_superseded(w)
         self._fold_repeats(w)
+        w.counts["acks"] -= keep_users_apart(w.msgs, w.out)  # an ack between users stays
+        w.counts = +w.counts
         if not w.counts:
             return ctx
         new = [m for m in w.out if m is not None]

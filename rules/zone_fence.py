@@ -227,6 +227,18 @@ def wrapped_body(text: str, name: str, marker: str) -> str | None:
     return None if has_lookalike(body) else body
 
 
+# A line of data that opens like a chat transcript's role label ("System: …", "user:")
+# could pass for a turn of that speaker; such a label is quoted ('"System": …').
+_ROLE_LABEL = re.compile(
+    r"(?im)^([ \t]*)(system|developer|user|assistant|tool|function|human|ai|model)([ \t]*):")
+
+
+def quote_role_labels(text: str) -> str:
+    """``text`` with a role label opening any of its lines quoted, so that a snippet of
+    data never poses as a speaker of the conversation."""
+    return _ROLE_LABEL.sub(r'\1"\2"\3:', text)
+
+
 _TAG = r"<<zone:([a-z_]+):{marker}>>|<</zone:([a-z_]+)>>"
 
 
