@@ -238,7 +238,7 @@ def media_refs(m: Any) -> list[str]:
         ref = named if isinstance(named, str) else json.dumps(body if body is not None else p,
                                                                sort_keys=True)
         if not isinstance(named, str) or ref.startswith("data:") or len(ref) > 200:
-            ref = "sha256:" + hashlib.sha256(ref.encode()).hexdigest()[:16]
+            ref = "sha256:" + hashlib.sha256(ref.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         refs.append(f"{kind.removeprefix('input_').removesuffix('_url')}: {ref}")
     return refs
 

@@ -14,8 +14,10 @@ What it does
        then whole summaries go;
     4. the oldest turns (whole units).
 
-    The system prompt(s), tool definitions, the last user turn and the final unit are
-    never dropped, nor is half of a tool-call/tool-result pair. If the request still
+    System and developer messages (anywhere), tool definitions, the last user turn, the
+    final unit and turns holding images, audio or files are never dropped, nor is half
+    of a tool-call/tool-result pair, nor a unit whose removal would put two user
+    messages side by side. If the request still
     cannot fit, it goes out anyway and the upstream's own error reaches the client.
 
 Why

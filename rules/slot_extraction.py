@@ -70,6 +70,7 @@ _PREFER = re.compile(
     r"|\bi(?:'d| would) rather\b|\bi (?:don't|do not) like\b|\bfan of\b|\bprefer"
     r"|喜欢|偏好|更愿意|宁愿|讨厌|习惯|最爱|爱吃|口味", re.IGNORECASE)
 _ORIG = re.compile(r"orig:([0-9a-f]{12})")
+MAX_ANALYSED_CHARS = 20_000  # per message: the work of slot extraction stops growing here
 # Cue words, checked in this order; the first that matches names the slot.
 _CUES = (("revocations", _REVOKE), ("pending_tasks", _PENDING), ("decisions", _DECISION),
          ("preferences", _PREFER))
@@ -154,8 +155,9 @@ def _text(m: dict[str, Any]) -> str:
 
 def _sentence_items(role: str, text: str, start: int, item_chars: int) -> list[_Item]:
     """Kept sentences of one message, each prefixed with its speaker (a ``Name:`` label
-    opening the message, as in transcripts) or else its role."""
-    lines = text.split("\n")
+    opening the message, as in transcripts) or else its role. Only the first
+    ``MAX_ANALYSED_CHARS`` are read: beyond them a message is opaque to the summary."""
+    lines = text[:MAX_ANALYSED_CHARS].split("\n")
     first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("[")), 0)
     label = _SPEAKER.match(lines[first]) if lines else None
     who = label.group(1) if label else role
@@ -273,8 +275,7 @@ _KEY_HINTS = ("error", "status", "id", "name", "total", "amount", "price", "mess
 
 
 def _outcome(result: str, nested: bool = False) -> str:
-    """The gist of a tool output: its first line, or its telling fields (one level into
-    a list of items, never deeper)."""
+    """The gist of a tool output: first line, or telling fields (one list level deep)."""
     text = result.strip()
     if not text:
         return "(empty)"

@@ -10,6 +10,9 @@ What it does
     arguments, outcome, and the id the original is stored under). Extraction is
     rule-based by default; with ``summary_model`` set, an LLM fills the text slots as
     JSON once per new block, and a failure or timeout falls back to the rules.
+    A summary that meets a user message gets an assistant line ``Noted.`` between them
+    (never two user messages in a row). A block holding a system/developer message or
+    an image, audio or file part stays raw.
 
 Why
     Clients resend the whole history on every call. A closed block's summary is stored
