@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from rules.base import MEMORY_HEADER, SUMMARY_HEADER, text_of
 
 _WORD = re.compile(r"[\w@.\-]+", re.UNICODE)
-_IDLIKE = re.compile(r"[\w@.\-]*[\d_@][\w@.\-]*")
+_IDCHAR = re.compile(r"[\d_@]")
 
 
 def _words(text: str) -> list[str]:
@@ -54,7 +54,7 @@ def utilization(segments: list[str], response: str) -> float | None:
             if not words:
                 continue
             total += len(words)
-            ids = {w.casefold() for w in _IDLIKE.findall(line)} & resp_set
+            ids = {w.casefold() for w in _WORD.findall(line) if _IDCHAR.search(w)} & resp_set
             if ids or _grams(words) & resp_grams:
                 used += len(words)
     return used / total if total else None

@@ -6,12 +6,17 @@
 - every ``tool`` message answers a ``tool_call`` id of an earlier assistant message, and
   every tool call of an assistant message is answered before the next non-tool message;
 - the last user turn is byte-identical to the original's last user turn;
-- leading system prompts are unchanged, except that ``zones`` may append one line.
+- every system and developer message, wherever it stands, is kept unchanged and in order
+  (``zones`` may append one line to the first message when it is a system prompt);
+- every image, audio and file part is kept, or a text reference names it;
+- no rewrite puts two user messages next to each other where the client did not.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from rules.base import media_refs, text_of
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -68,13 +73,8 @@ def _last_user(messages: list[Any]) -> Any:
     return None
 
 
-def _system_prefix(messages: list[Any]) -> list[Any]:
-    out = []
-    for m in messages:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer"):
-            break
-        out.append(m)
-    return out
+def _instructions(messages: list[Any]) -> list[Any]:
+    return [m for m in messages if isinstance(m, dict) and m.get("role") in ("system", "developer")]
 
 
 def _system_kept(before: dict[str, Any], after: dict[str, Any], zone_line: str | None) -> bool:
@@ -86,22 +86,54 @@ def _system_kept(before: dict[str, Any], after: dict[str, Any], zone_line: str |
     return isinstance(b, str) and isinstance(a, str) and a == b + "\n\n" + zone_line
 
 
+def _system_problems(original: list[Any], rewritten: list[Any], zone_line: str | None) -> list[str]:
+    before, after = _instructions(original), _instructions(rewritten)
+    leading = isinstance(original[0], dict) and original[0].get("role") in ("system", "developer")
+    if leading and not (isinstance(rewritten[0], dict)
+                        and rewritten[0].get("role") in ("system", "developer")):
+        return ["the system prompt was changed"]
+    if len(before) != len(after) or not all(
+            _system_kept(b, a, zone_line if i == 0 and leading else None)
+            for i, (b, a) in enumerate(zip(before, after))):
+        return ["a system or developer message was changed or dropped"]
+    return []
+
+
+def _media_problems(original: list[Any], rewritten: list[Any]) -> list[str]:
+    wanted = [r for m in original for r in media_refs(m)]
+    if not wanted:
+        return []
+    kept = {r for m in rewritten for r in media_refs(m)}
+    missing = [r for r in wanted if r not in kept]
+    if missing:
+        texts = "\n".join(text_of(m) for m in rewritten if isinstance(m, dict))
+        missing = [r for r in missing if r not in texts]
+    return [f"media dropped without a reference: {missing[:3]}"] if missing else []
+
+
+def _user_pairs(messages: list[Any]) -> int:
+    roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+    return sum(1 for a, b in zip(roles, roles[1:]) if a == b == "user")
+
+
 def rewrite_problems(
     original: list[Any], rewritten: list[Any], zone_line: str | None = None
 ) -> list[str]:
-    """Problems of a rewrite: structural ones, plus a changed last user turn or system prompt.
+    """Problems of a rewrite: structural ones, plus a changed last user turn, a changed or
+    dropped system/developer message, media lost without a reference, or user messages
+    newly put side by side.
 
     Only problems the rewrite introduced count: a client request that already breaks a
     rule (a dangling tool call, say) is the client's to send as it is.
     """
     before = set(problems(original))
     found = [p for p in problems(rewritten) if p not in before]
+    if not isinstance(original, list) or not original or not isinstance(rewritten, list):
+        return found
     if _last_user(original) != _last_user(rewritten):
         found.append("the last user turn was changed or removed")
-    sys_before, sys_after = _system_prefix(original), _system_prefix(rewritten)
-    if len(sys_before) != len(sys_after) or not all(
-        _system_kept(b, a, zone_line if i == 0 else None)
-        for i, (b, a) in enumerate(zip(sys_before, sys_after))
-    ):
-        found.append("the system prompt was changed")
+    found += _system_problems(original, rewritten, zone_line)
+    found += _media_problems(original, rewritten)
+    if _user_pairs(rewritten) > _user_pairs(original):
+        found.append("two user messages in a row")
     return found

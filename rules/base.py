@@ -93,6 +93,29 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def made_of(text: str, phrases: frozenset[str], longest: int) -> bool:
+    """True when ``text`` is one or more of ``phrases`` in a row, whitespace allowed after
+    each ("ok thanks", "嗯嗯好的"). A word-break walk over positions: linear in the text
+    times ``longest`` (the longest phrase), where a regex ``(?:a|aa)+`` backtracks
+    exponentially."""
+    n = len(text)
+    if not n or text[0].isspace():
+        return False
+    reach = bytearray(n + 1)
+    reach[0] = 1
+    for i in range(n):
+        if not reach[i]:
+            continue
+        for size in range(1, min(longest, n - i) + 1):
+            if text[i:i + size] in phrases:
+                j = i + size
+                reach[j] = 1
+                while j < n and text[j].isspace():
+                    j += 1
+                    reach[j] = 1
+    return bool(reach[n])
+
+
 # --- turns and blocks --------------------------------------------------------------
 #
 # A *unit* is the smallest piece of history a rule may drop, fold or summarize without
@@ -143,3 +166,83 @@ def closed_prefix_end(messages: list[Any], window: int, block: int) -> int:
 # to the message dicts, which strict providers would reject.
 SUMMARY_HEADER = "[context-engine:summary]"
 MEMORY_HEADER = "[context-engine:memory]"
+# An injected message (a summary, retrieved memory) is a ``user`` message; when it meets
+# another user message, this assistant line goes between them, so a rewrite never sends
+# two user messages in a row that the client did not (strict chat templates reject that).
+INJECTED_ACK = "Noted."
+
+
+def is_injected(m: Any) -> bool:
+    return m.get("role") == "user" and text_of(m).startswith((SUMMARY_HEADER, MEMORY_HEADER))
+
+
+def is_injected_ack(messages: list[Any], i: int) -> bool:
+    """Whether ``messages[i]`` is the line a rule put after (or before) an injected message."""
+    m = messages[i]
+    if m is None or m.get("role") != "assistant" or m.get("content") != INJECTED_ACK or len(m) != 2:
+        return False
+    return any(0 <= j < len(messages) and messages[j] is not None and is_injected(messages[j])
+               for j in (i - 1, i + 1))
+
+
+def separate_users(messages: list[Any], given: list[Any]) -> list[Any]:
+    """``messages`` with ``INJECTED_ACK`` between two user messages that were not next to
+    each other in ``given`` (the rule's input): an injected message, or turns that met
+    because the ones between them left."""
+    pairs = {(id(a), id(b)) for a, b in zip(given, given[1:])}
+    out: list[Any] = []
+    for m in messages:
+        if out and m.get("role") == out[-1].get("role") == "user" and (id(out[-1]), id(m)) not in pairs:
+            out.append({"role": "assistant", "content": INJECTED_ACK})
+        out.append(m)
+    return out
+
+
+def keep_users_apart(messages: list[Any], out: list[Any]) -> int:
+    """Put back (in ``out``, ``None`` = dropped) each dropped message of ``messages`` whose
+    removal would join two user messages; how many were put back. Linear."""
+    after: list[str | None] = [None] * (len(out) + 1)  # role of the next kept message
+    for i in range(len(out) - 1, -1, -1):
+        after[i] = out[i].get("role") if out[i] is not None else after[i + 1]
+    before: str | None = None
+    restored = 0
+    for i in range(len(out)):
+        if out[i] is None and messages[i].get("role") != "user" and before == after[i + 1] == "user":
+            out[i] = messages[i]
+            restored += 1
+        if out[i] is not None:
+            before = out[i].get("role")
+    return restored
+
+
+# --- media --------------------------------------------------------------------------------
+#
+# Images, audio and files are never silently lost: a rule keeps the message that holds
+# them, or leaves a reference naming each one ("[image: https://… dropped]").
+
+
+def media_refs(m: Any) -> list[str]:
+    """``kind: key`` for each image, audio or file part of ``m``; the key is the URL or
+    file id, or a hash of inline data."""
+    content = m.get("content") if isinstance(m, dict) else None
+    if not isinstance(content, list):
+        return []
+    refs = []
+    for p in content:
+        if not isinstance(p, dict) or p.get("type") in (None, "text"):
+            continue
+        kind = str(p.get("type"))
+        body = p.get(kind)
+        named = body.get("url") or body.get("file_id") or body.get("filename") \
+            if isinstance(body, dict) else body
+        ref = named if isinstance(named, str) else json.dumps(body if body is not None else p,
+                                                               sort_keys=True)
+        if not isinstance(named, str) or ref.startswith("data:") or len(ref) > 200:
+            ref = "sha256:" + hashlib.sha256(ref.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        refs.append(f"{kind.removeprefix('input_').removesuffix('_url')}: {ref}")
+    return refs
+
+
+def media_reference(ref: str) -> str:
+    """The text that stands for a dropped media part."""
+    return f"[{ref} dropped]"

@@ -14,8 +14,10 @@ What it does
        then whole summaries go;
     4. the oldest turns (whole units).
 
-    The system prompt(s), tool definitions, the last user turn and the final unit are
-    never dropped, nor is half of a tool-call/tool-result pair. If the request still
+    System and developer messages (anywhere), tool definitions, the last user turn, the
+    final unit and turns holding images, audio or files are never dropped, nor is half
+    of a tool-call/tool-result pair, nor a unit whose removal would put two user
+    messages side by side. If the request still
     cannot fit, it goes out anyway and the upstream's own error reaches the client.
 
 Why
@@ -42,7 +44,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +54,10 @@ from rules.base import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
     RuleDeps,
+    is_injected,
+    is_injected_ack,
     last_user_index,
+    media_refs,
     option,
     system_prefix_len,
     text_of,
@@ -110,28 +115,40 @@ class _Plan:
         self.counter = counter
         self.total = total
         self.dropped: list[dict[str, Any]] = []
+        n = len(messages)
+        self.prev = list(range(-1, n - 1))  # index of the kept message before each one
+        self.next = list(range(1, n + 1))  # …and after it (n = none)
         # Units that may go: not system, not the last user turn, not the final unit. Units
         # keep their spans: a step drops whole units or replaces contents in place.
         last_user = last_user_index(messages)
         head = system_prefix_len(messages)
         self.first = head  # the first message kept after the system prompt
         self.all_units = units(messages, head)
+        # Never system/developer messages, nor images, audio or files (the turn is kept).
         self.units = [(s, e) for s, e in self.all_units[:-1] if not (s <= last_user < e)
-                      and messages[s].get("role") not in ("system", "developer")]
+                      and messages[s].get("role") not in ("system", "developer")
+                      and not any(media_refs(messages[i]) for i in range(s, e))]
 
     def drop_unit(self, s: int, e: int, kind: str) -> None:
-        """Drop messages ``s:e`` unless a later system message would join the system prompt."""
+        """Drop messages ``s:e`` unless a later system message would join the system prompt
+        or two user messages would meet. An injected message goes with the line after it."""
+        if e < len(self.slots) and is_injected(self.slots[s]) and is_injected_ack(self.slots, e):
+            e += 1
+        before, after = self.prev[s], self.next[e - 1]  # kept neighbours
+        n = len(self.slots)
+        if before >= 0 and after < n and \
+                self.slots[before].get("role") == self.slots[after].get("role") == "user":
+            return
         if s == self.first:  # the first message after the system prompt: check what follows
-            nxt = next((i for i in range(e, len(self.slots)) if self.slots[i] is not None),
-                       len(self.slots))
-            if nxt < len(self.slots) and self.slots[nxt].get("role") in ("system", "developer"):
+            if after < n and self.slots[after].get("role") in ("system", "developer"):
                 return
-            self.first = nxt
+            self.first = after
         for i in range(s, e):
             self.put(i, None, kind)
 
-    def alive(self) -> list[tuple[int, int]]:
-        return [(s, e) for s, e in self.units if self.slots[s] is not None]
+    def alive(self) -> Iterator[tuple[int, int]]:
+        """Units not dropped yet, checked as the caller goes (a drop may take the next one)."""
+        return ((s, e) for s, e in self.units if self.slots[s] is not None)
 
     def put(self, i: int, new: Any, kind: str) -> None:
         old = self.slots[i]
@@ -140,6 +157,12 @@ class _Plan:
             return
         self.slots[i] = new
         self.total -= saved
+        if new is None:  # unlink: neighbours skip dropped messages in O(1)
+            before, after = self.prev[i], self.next[i]
+            if before >= 0:
+                self.next[before] = after
+            if after < len(self.slots):
+                self.prev[after] = before
         self.dropped.append({"kind": kind, "index": i, "tokens": saved})
 
 

@@ -53,6 +53,7 @@ from rules import fold_patterns as fp
 from rules.base import (
     RuleDeps,
     closed_block_count,
+    keep_users_apart,
     last_user_index,
     option,
     system_prefix_len,
@@ -123,6 +124,8 @@ class FoldDuplicates:
         if self.config.superseded:
             self._fold_superseded(w)
         self._fold_repeats(w)
+        w.counts["acks"] -= keep_users_apart(w.msgs, w.out)  # an ack between users stays
+        w.counts = +w.counts
         if not w.counts:
             return ctx
         new = [m for m in w.out if m is not None]
@@ -293,5 +296,5 @@ def _call_index(msgs: list[Any]) -> dict[str, tuple[str, str]]:
 def _canon(arguments: Any) -> str:
     try:
         return json.dumps(json.loads(arguments), sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return str(arguments)

@@ -11,13 +11,13 @@ import re
 from dataclasses import dataclass
 
 from proxy.memo import memoize
+from rules.base import made_of
 
 # Punctuation that only decorates text: quotes and brackets around a word, sentence marks
 # after it (never inside a word or before it, so "3.5" ≠ "35" and "-5" ≠ "5") and, for
 # CJK, wherever it appears.
-_QUOTES = re.escape("\"'()[]{}`*“”‘’«»")
-_TRAILING = re.escape(".,!?;:…")
-_DECOR = re.compile(rf"(?<!\S)[{_QUOTES}]+|[{_QUOTES}{_TRAILING}]+(?!\S)")
+_QUOTES = "\"'()[]{}`*“”‘’«»"
+_TRAILING = _QUOTES + ".,!?;:…"
 _CJK_PUNCT = re.compile(r"[，。！？、；：“”‘’（）《》【】…—～·「」『』]")
 
 
@@ -26,9 +26,11 @@ def normalize(text: str) -> str:
     """Casefold, drop CJK punctuation and word-edge punctuation, collapse whitespace.
 
     Memoised (entry and byte caps): clients resend their whole history, so most texts
-    were seen before.
+    were seen before. Word by word with ``str.strip`` (linear; a regex for "punctuation
+    at a word's end" retries a long run of ``!`` from each of its characters).
     """
-    return " ".join(_DECOR.sub("", _CJK_PUNCT.sub(" ", text.casefold())).split())
+    words = (w.lstrip(_QUOTES).rstrip(_TRAILING) for w in _CJK_PUNCT.sub(" ", text.casefold()).split())
+    return " ".join(w for w in words if w)
 
 
 def shingles(norm: str, size: int = 3) -> frozenset[str]:
@@ -68,9 +70,8 @@ ACK_PHRASES: tuple[str, ...] = (
     "嗯", "嗯嗯", "好", "好的", "好吧", "好滴", "行", "收到", "谢谢", "谢谢你", "多谢",
     "感谢", "明白", "明白了", "知道了", "了解", "稍等", "等一下", "哦", "噢",
 )
-_ACK = re.compile(
-    "^(?:(?:" + "|".join(re.escape(p) for p in sorted(ACK_PHRASES, key=len, reverse=True))
-    + r")\s*)+$")
+_ACKS = frozenset(ACK_PHRASES)
+_ACK_LONGEST = max(map(len, ACK_PHRASES))
 
 
 def is_ack(text: str, max_chars: int) -> bool:
@@ -78,7 +79,7 @@ def is_ack(text: str, max_chars: int) -> bool:
     if not text or len(text) > max_chars or asks_question(text):
         return False
     norm = normalize(text)
-    return bool(norm) and _ACK.match(norm) is not None
+    return made_of(norm, _ACKS, _ACK_LONGEST)
 
 
 def asks_question(text: str) -> bool:
@@ -102,7 +103,7 @@ class ConfigChange:
         return self.before + value + self.after
 
 
-_END = r"(?P<after>\s*[.!。！]?\s*)$"
+_END = r"(?P<after>\s*(?:[.!。！]\s*)?)$"
 _EN_SET = re.compile(
     r"^(?P<before>\s*(?:please\s+)?(?:set|change|switch|turn|update)\s+(?:the\s+|my\s+)"
     r"(?P<key>[a-z][a-z -]{0,30}?)\s+(?:to|into)\s+)(?P<value>[\w#][\w# -]{0,30}?)" + _END,
@@ -112,13 +113,13 @@ _EN_MAKE = re.compile(
     r"(?P<value>[\w#-]{1,20})" + _END, re.IGNORECASE)
 _ZH_SET = re.compile(
     r"^(?P<before>\s*(?:请)?把(?P<key>[^，,。！!？?\s]{1,12}?)(?:改成|改为|换成|设为|设置为|调成))"
-    r"(?P<value>[^，,。！!？?\s]{1,20}?)(?P<after>吧?\s*[。！!]?\s*)$")
+    r"(?P<value>[^，,。！!？?\s]{1,20}?)(?P<after>吧?\s*(?:[。！!]\s*)?)$")
 _EN_FIX = re.compile(
-    r"^\s*(?:no|nope|actually|wait)\s*[,，]?\s*(?:make it\s+|use\s+|change it to\s+)?"
-    r"(?P<value>[\w#-]{1,20})(?:\s+instead)?\s*[.!]?\s*$", re.IGNORECASE)
+    r"^\s*(?:no|nope|actually|wait)\s*(?:[,，]\s*)?(?:make it\s+|use\s+|change it to\s+)?"
+    r"(?P<value>[\w#-]{1,20})(?:\s+instead)?\s*(?:[.!]\s*)?$", re.IGNORECASE)
 _ZH_FIX = re.compile(
-    r"^\s*(?:不对[，,]?|不[，,]|算了[，,]?)?\s*(?:还是)?(?:改成|换成|改为|用)"
-    r"(?P<value>[^，,。！!？?\s]{1,12}?)吧?\s*[。！!]?\s*$")
+    r"^\s*(?:(?:不对[，,]?|不[，,]|算了[，,]?)\s*)?(?:还是)?(?:改成|换成|改为|用)"
+    r"(?P<value>[^，,。！!？?\s]{1,12}?)吧?\s*(?:[。！!]\s*)?$")
 # Words a bare correction never names as a value ("no, thanks" is not a correction).
 _NOT_VALUES = frozenset(
     {"thanks", "thank", "problem", "way", "worries", "need", "idea", "it", "that", "this",

@@ -45,6 +45,22 @@ class CompactOptions:
     min_fill: float = 0.6
 
 
+MAX_DEPTH = 64  # deeper JSON is left as text: the compaction recurses once per level
+
+
+def nesting_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """Levels of arrays/objects in ``value``, level by level (no recursion), at most
+    ``limit + 1``."""
+    depth, level = 0, [value]
+    while depth <= limit:
+        containers = [v for v in level if isinstance(v, (dict, list))]
+        if not containers:
+            break
+        depth += 1
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return depth
+
+
 def prune(value: Any, opts: CompactOptions) -> Any:
     """Drop null (and empty / default-valued) object fields, recursively."""
     if isinstance(value, dict):

@@ -26,10 +26,16 @@ from typing import Any
 import yaml
 
 _MISSING: Any = object()
-_ID_LIKE = re.compile(r".*\d.*")
+_DIGIT = re.compile(r"\d")
 _WORD = re.compile(r"[A-Za-z0-9_@+\-]+(?:[./][A-Za-z0-9_@+\-]+)*")
-_IDENT = re.compile(r"\S*[\d_@]\S*")
+_IDENT_CHAR = re.compile(r"[\d_@]")
+_SPACE = re.compile(r"\s")
 _DATE_OR_TIME = re.compile(r"[\d:T+-]+")
+
+
+def _id_like(key: str) -> bool:
+    """A key holding a digit on one line ("HAT069", "2024-05-01"): stands for an item."""
+    return "\n" not in key and _DIGIT.search(key) is not None
 
 
 @dataclass(frozen=True)
@@ -152,7 +158,8 @@ def _is_identifier(s: Any) -> bool:
     """An id, code or handle: a digit, ``_`` or ``@``, no space, not a date or a time."""
     if not isinstance(s, str) or len(s) < 3:
         return False
-    return bool(_IDENT.fullmatch(s)) and not _DATE_OR_TIME.fullmatch(s)
+    return (_IDENT_CHAR.search(s) is not None and _SPACE.search(s) is None
+            and not _DATE_OR_TIME.fullmatch(s))
 
 
 def learned_paths(value: Any, words: set[str], joined: str,
@@ -174,9 +181,9 @@ def _walk(v: Any, path: tuple[str, ...], words: set[str], joined: str,
           found: set[tuple[str, ...]], ident: bool = False) -> None:
     if isinstance(v, dict):
         for k, x in v.items():
-            if not ident and leaf_used(k, words, joined) and _ID_LIKE.fullmatch(k):
+            if not ident and leaf_used(k, words, joined) and _id_like(k):
                 found.add(path + ("*",))
-            _walk(x, path + ("*" if _ID_LIKE.fullmatch(k) else k,), words, joined, found, ident)
+            _walk(x, path + ("*" if _id_like(k) else k,), words, joined, found, ident)
     elif isinstance(v, list):
         for x in v:
             _walk(x, path, words, joined, found, ident)

@@ -63,7 +63,7 @@ def parse_slots(text: str, max_items: int = 12, item_chars: int = 200) -> Slots 
         body = body[body.find("{"):] if "{" in body else body
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or not any(k in data for k in TEXT_SLOTS):
         return None

@@ -85,7 +85,7 @@ def _records(text: str, limit: int) -> list[str]:
         return [text]
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         data = None
     if isinstance(data, list):
         items = [json.dumps(x, ensure_ascii=False, separators=(",", ":")) for x in data]

@@ -35,6 +35,7 @@ import numpy as np
 from proxy.tokens import TokenCounter
 from rules.base import MEMORY_HEADER
 from rules.memory_index import Chunk, SessionIndex
+from rules.zone_fence import quote_role_labels
 from rules.query_analysis import (
     bm25_weight,
     first_person,
@@ -191,10 +192,11 @@ def _candidates(index: SessionIndex, scores: np.ndarray, p: SearchParams) -> lis
 def cite(c: Chunk) -> str:
     """``#12 Caroline: …`` when the text names its speaker, else ``#12 user: …`` (role
     and tool name)."""
+    text = quote_role_labels(c.text)  # a snippet never opens as "System: …"
     if c.named:
-        return f"#{c.index} {c.text}"
+        return f"#{c.index} {text}"
     who = f"{c.role} {c.tool}".strip() if c.tool else c.role
-    return f"#{c.index} {who}: {c.text}"
+    return f"#{c.index} {who}: {text}"
 
 
 def _zone_order(h: Hit) -> tuple[bool, str, int, str]:

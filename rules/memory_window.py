@@ -17,7 +17,9 @@ from proxy.tokens import TokenCounter
 from rules.base import (
     SUMMARY_HEADER,
     closed_block_count,
+    is_injected_ack,
     last_user_index,
+    media_refs,
     system_prefix_len,
     text_of,
     units,
@@ -70,11 +72,21 @@ class Tail:
         return leaving >= max(self.min_closed_tokens, self.min_drop_ratio * staying)
 
     def kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
-        """Messages of ``head:cut`` that stay: summaries, and tool-call units if configured."""
-        keep = {i for i in range(head, cut) if text_of(msgs[i]).startswith(SUMMARY_HEADER)}
-        if self.keep_tool_units:
-            keep |= {i for b, e in units(msgs[:cut], head) if msgs[b].get("tool_calls")
-                     for i in range(b, e)}
+        """Messages of ``head:cut`` that stay: summaries (with the line after them), system
+        and developer messages, units holding images, audio or files (with the reply to
+        a user message, so two user messages never meet), and tool-call units if
+        configured."""
+        keep = {i for i in range(head, cut) if text_of(msgs[i]).startswith(SUMMARY_HEADER)
+                or msgs[i].get("role") in ("system", "developer")}
+        keep |= {i + 1 for i in keep if i + 1 < cut and is_injected_ack(msgs, i + 1)}
+        spans = units(msgs[:cut], head)
+        for k, (b, e) in enumerate(spans):
+            if any(media_refs(msgs[i]) for i in range(b, e)):
+                reply = spans[k + 1] if msgs[b].get("role") == "user" and k + 1 < len(spans) \
+                    and msgs[spans[k + 1][0]].get("role") == "assistant" else (e, e)
+                keep |= set(range(b, reply[1]))
+            elif self.keep_tool_units and msgs[b].get("tool_calls"):
+                keep |= set(range(b, e))
         return frozenset(keep)
 
 

@@ -20,17 +20,24 @@ from __future__ import annotations
 import functools
 import re
 
+from rules.base import made_of
+
 _WORD = re.compile(r"[A-Za-z0-9_@.\-/:]+|[\u3400-\u9fff\uf900-\ufaff]+")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_ID = re.compile(r"\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z_])[A-Za-z0-9_\-]{4,}\b")
+# Lookaheads are bounded (an id names its digit and letter within 64 characters), and
+# patterns that scan a run start only where the run starts: a search then reads each
+# run once, where an unanchored ``[a-z]+\(`` rescans a 100k-letter run from each letter.
+_ID = re.compile(r"\b(?=[A-Za-z0-9_\-]{0,63}\d)(?=[A-Za-z0-9_\-]{0,63}[A-Za-z_])[A-Za-z0-9_\-]{4,}\b")
 _NUMBER = re.compile(r"\b\d[\d,.:]*\b")
 _DATE = re.compile(
     r"\b(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}(/\d{2,4})?|"
-    r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.? \d{1,2}|"
-    r"\d{1,2} (jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*)\b|\d+年|\d+月|\d+日",
+    r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]{0,6}\.? \d{1,2}|"
+    r"\d{1,2} (jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]{0,6})\b"
+    r"|(?<!\d)\d+[年月日]",
     re.IGNORECASE,
 )
-_CODE = re.compile(r"[A-Za-z_]+\(|[a-z]+_[a-z_]+|[a-z]+[A-Z][A-Za-z]+|\w+\.\w+\(|`")
+_CODE = re.compile(r"(?<![A-Za-z_])[A-Za-z_]+\(|(?<![a-z])[a-z]+_[a-z_]+|(?<![a-z])[a-z]+[A-Z][A-Za-z]+"
+                   r"|(?<!\w)\w+\.\w+\(|`")
 
 _ACK_WORDS = {
     "ok", "okay", "k", "kk", "thanks", "thank", "you", "thx", "ty", "cool", "great", "nice",
@@ -39,7 +46,8 @@ _ACK_WORDS = {
     "a", "lot", "np", "noted", "understood", "right", "cheers", "appreciate", "that", "love",
     "bye", "👍", "🙏", "😊",
 }
-_ACK_ZH = re.compile(r"^(好的|好|嗯+|谢谢|多谢|感谢|收到|明白|了解|行|可以|没问题|哈+|赞|稍等|知道了|辛苦了|[啊呀吧哦噢嗯了的!！。,.，~～\s])+$")
+_ACK_ZH = frozenset(("好的", "好", "谢谢", "多谢", "感谢", "收到", "明白", "了解", "行", "可以",
+                    "没问题", "哈", "赞", "稍等", "知道了", "辛苦了", *"啊呀吧哦噢嗯了的!！。,.，~～"))
 
 _STOP = {
     "the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "is", "are",
@@ -59,7 +67,7 @@ def is_acknowledgement(text: str) -> bool:
     if not stripped:
         return True
     if _CJK.search(stripped):
-        return bool(_ACK_ZH.match(stripped))
+        return made_of(stripped, _ACK_ZH, 3)
     words = re.findall(r"[\w']+|[^\w\s]", stripped.lower())
     words = [w for w in words if w.strip(".,!?;:~-") and w not in ("'",)]
     return len(words) <= 8 and all(w in _ACK_WORDS for w in words)

@@ -61,6 +61,7 @@ from rules.base import (
     fingerprint,
     last_user_index,
     option,
+    separate_users,
     system_prefix_len,
     text_of,
 )
@@ -287,10 +288,10 @@ class Retrieve:
         kept = [msgs[i] for i in sorted(keep)]
         if self.config.position == "after_system":
             zone = [{"role": "user", "content": z[0]} for z in zones.values()]
-            return list(msgs[:head]) + zone + kept + list(msgs[cut:])
+            return separate_users(list(msgs[:head]) + zone + kept + list(msgs[cut:]), msgs)
         out = list(msgs[:head]) + kept
         for i in range(cut, len(msgs)):
             if i in zones:
                 out.append({"role": "user", "content": zones[i][0]})
             out.append(msgs[i])
-        return out
+        return separate_users(out, msgs)  # never two user messages in a row

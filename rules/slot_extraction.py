@@ -31,15 +31,17 @@ _SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]{0,20}(?: [A-Z][\w.'-]{0,20})?):\s+")
 # Strong entities (numbers, dates, ids, amounts, acronyms) count 2; capitalised words
 # inside a sentence (names, places) count 1.
 _STRONG = re.compile(
-    r"\d+(?:[.,:/-]\d+)*|[$€£¥￥]|\b[\w.+-]+@[\w-]+\.\w|https?://|\b\w+_\w+\b"
+    r"\d+(?:[.,:/-]\d+)*|[$€£¥￥]|(?<![\w.+-])[\w.+-]+@[\w-]+\.\w|https?://|\b(?=\w+_\w)\w++"
     r"|\b[A-Z]{2,}\b"
     r"|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?\b"
     r"|\b(?:[Yy]esterday|[Tt]oday|[Tt]omorrow|[Tt]onight"
     r"|(?:[Ll]ast|[Nn]ext) (?:week|month|year|weekend))\b"
     r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b"
-    r"|[零一二两三四五六七八九十百千万]+[年月日号点岁元块次天周个位]"
-    r"|昨天|今天|明天|上周|下周|星期|周[一二三四五六日]|[《“「].+?[》”」]"
+    r"|(?<![零一二两三四五六七八九十百千万])[零一二两三四五六七八九十百千万]+[年月日号点岁元块次天周个位]"
+    r"|昨天|今天|明天|上周|下周|星期|周[一二三四五六日]|[《“「][^《“「》”」\n]+[》”」]"
 )
+# Patterns that scan a run start only where the run starts (lookbehind), so each run is
+# read once: "a.a.a…" or "一一一…" without an end cost linear time, not quadratic.
 _NAME = re.compile(r"(?<=[a-z;:] )[A-Z][a-z]+(?: [A-Z][a-z]+)*")
 _REVOKE = re.compile(
     r"\b(?:cancel(?:l?ed|s|ling)?|undo|undid|revert(?:ed)?|roll(?:ed)? back|never ?mind"
@@ -50,8 +52,11 @@ _PENDING = re.compile(
     r"|i want (?:you )?to|i'm looking to|i am looking to|i'm trying to|help me|make sure"
     r"|remember to|don't forget|let's)\b"
     r"|\b(?:please|todo|to-do|need you to|have to|must)\b"
-    r"|请|帮我(?!.*了[。！!]?$)|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快",
+    r"|请|帮忙|麻烦|需要你|记得|别忘|能不能|可以帮|能否|务必|待办|尽快",
     re.IGNORECASE)
+# "帮我…" asks for something unless the sentence reports it done ("帮我订好了。"); tested
+# on the sentence's end once, not by a lookahead that rereads the sentence per "帮我".
+_DONE = re.compile(r"了[。！!]?$")
 _DECISION = re.compile(
     r"\b(?:i will|i'll|we will|we'll|i'm going to|i am going to|we're going to|decided"
     r"|decide to|plan(?:ning)? to|agreed|going with|let's go with|i confirm|confirmed|go ahead"
@@ -65,6 +70,7 @@ _PREFER = re.compile(
     r"|\bi(?:'d| would) rather\b|\bi (?:don't|do not) like\b|\bfan of\b|\bprefer"
     r"|喜欢|偏好|更愿意|宁愿|讨厌|习惯|最爱|爱吃|口味", re.IGNORECASE)
 _ORIG = re.compile(r"orig:([0-9a-f]{12})")
+MAX_ANALYSED_CHARS = 20_000  # per message: the work of slot extraction stops growing here
 # Cue words, checked in this order; the first that matches names the slot.
 _CUES = (("revocations", _REVOKE), ("pending_tasks", _PENDING), ("decisions", _DECISION),
          ("preferences", _PREFER))
@@ -149,8 +155,9 @@ def _text(m: dict[str, Any]) -> str:
 
 def _sentence_items(role: str, text: str, start: int, item_chars: int) -> list[_Item]:
     """Kept sentences of one message, each prefixed with its speaker (a ``Name:`` label
-    opening the message, as in transcripts) or else its role."""
-    lines = text.split("\n")
+    opening the message, as in transcripts) or else its role. Only the first
+    ``MAX_ANALYSED_CHARS`` are read: beyond them a message is opaque to the summary."""
+    lines = text[:MAX_ANALYSED_CHARS].split("\n")
     first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("[")), 0)
     label = _SPEAKER.match(lines[first]) if lines else None
     who = label.group(1) if label else role
@@ -177,9 +184,13 @@ def _classify(role: str, sentence: str) -> tuple[str, int]:
     for slot, pattern in _CUES:
         if slot == "pending_tasks" and role != "user":
             continue
-        if pattern.search(sentence):
+        if pattern.search(sentence) or (slot == "pending_tasks" and _help_me(sentence)):
             return slot, score + _CUE_BONUS
     return "confirmed_facts", score
+
+
+def _help_me(sentence: str) -> bool:
+    return "帮我" in sentence and not _DONE.search(sentence)
 
 
 def _select(items: list[_Item], max_chars: int) -> Slots:
@@ -226,7 +237,7 @@ def _ids_in(result: str) -> list[str]:
     tool output, in document order, each once; none for non-JSON output."""
     try:
         parsed = json.loads(result)
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     found: dict[str, None] = {}
     stack = [parsed]
@@ -247,7 +258,7 @@ def _ids_in(result: str) -> list[str]:
 def _args_text(arguments: str) -> str:
     try:
         parsed = json.loads(arguments) if arguments else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return clip(arguments, 60)
     if not isinstance(parsed, dict):
         return clip(json.dumps(parsed, ensure_ascii=False), 60)
@@ -263,16 +274,21 @@ def _scalar(v: Any) -> str:
 _KEY_HINTS = ("error", "status", "id", "name", "total", "amount", "price", "message", "result")
 
 
-def _outcome(result: str) -> str:
+def _outcome(result: str, nested: bool = False) -> str:
+    """The gist of a tool output: first line, or telling fields (one list level deep)."""
     text = result.strip()
     if not text:
         return "(empty)"
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return next((ln for ln in text.splitlines() if ln.strip()), text)
     if isinstance(parsed, list):
-        return f"{len(parsed)} items" + (f": {_outcome(json.dumps(parsed[0]))}" if parsed else "")
+        first = parsed[0] if parsed else None
+        if isinstance(first, (dict, list)) and not nested:
+            return f"{len(parsed)} items: {_outcome(json.dumps(first), nested=True)}"
+        shown = json.dumps(first) if isinstance(first, (dict, list)) else str(first)
+        return f"{len(parsed)} items" + (f": {shown}" if parsed else "")
     if not isinstance(parsed, dict):
         return str(parsed)
     scalars = [(k, v) for k, v in parsed.items() if not isinstance(v, (dict, list))]

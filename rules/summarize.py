@@ -10,6 +10,9 @@ What it does
     arguments, outcome, and the id the original is stored under). Extraction is
     rule-based by default; with ``summary_model`` set, an LLM fills the text slots as
     JSON once per new block, and a failure or timeout falls back to the rules.
+    A summary that meets a user message gets an assistant line ``Noted.`` between them
+    (never two user messages in a row). A block holding a system/developer message or
+    an image, audio or file part stays raw.
 
 Why
     Clients resend the whole history on every call. A closed block's summary is stored
@@ -51,12 +54,16 @@ from typing import Any
 from proxy.context import RequestContext
 from proxy.tokens import REPLY_PRIMING, TokenCounter
 from rules.base import (
+    INJECTED_ACK,
     SUMMARY_HEADER,
     RuleDeps,
     closed_block_count,
     fingerprint,
+    is_injected_ack,
     last_user_index,
+    media_refs,
     option,
+    separate_users,
     system_prefix_len,
     text_of,
     units,
@@ -133,6 +140,10 @@ class Summarize:
             raw_blocks += value == RAW
             out.extend(_block_output(msgs[s:e], value.decode()))
         out.extend(msgs[blocks[-1][1]:])
+        out = separate_users(out, msgs)
+        counter = TokenCounter(ctx.encoding)
+        if counter.messages(out) > counter.messages(msgs):
+            return ctx  # the lines between user messages cost more than the summaries saved
         note = {"blocks": len(blocks), "new_blocks": len(missing), "llm_blocks": llm_used,
                 "raw_blocks": raw_blocks, "raw_from": blocks[-1][1]}
         return ctx.replace(messages=out).with_note(self.name, note)
@@ -150,6 +161,8 @@ class Summarize:
             if (isinstance(content, str) and content.startswith(SUMMARY_HEADER)
                     and msgs[i].get("role") == "user"):  # a user message is a unit of its own
                 start = i + 1
+        if start < len(msgs) and is_injected_ack(msgs, start):
+            start += 1
         spans = units(msgs, start)
         k = self.config.block
         n = closed_block_count(len(spans), self.config.window, k)
@@ -192,15 +205,16 @@ class Summarize:
 
     def _summary_bytes(self, block: list[Any], llm: Slots | None,
                        counter: TokenCounter) -> bytes:
-        if any(_is_system(m) for m in block):
-            return RAW  # a mid-conversation system message is an instruction: keep it as sent
+        if any(_is_system(m) or media_refs(m) for m in block):
+            return RAW  # an instruction, or an image/audio/file: the block is kept as sent
         chars = sum(len(text_of(m)) for m in block)
         budget = max(self.config.min_chars, int(chars * self.config.max_ratio))
         slots = extract_slots(block, budget, self.config.item_chars)
         if llm is not None:
             slots = dataclasses.replace(llm, tool_results=slots.tool_results)
         content = SUMMARY_HEADER + "\n" + (slots.render() or EMPTY)
-        summary_tokens = counter.message({"role": "user", "content": content})
+        summary_tokens = counter.message({"role": "user", "content": content}) + counter.message(
+            {"role": "assistant", "content": INJECTED_ACK})  # the line that keeps users apart
         block_tokens = sum(counter.message(m) for m in block)
         return content.encode() if summary_tokens < block_tokens else RAW
 

@@ -76,7 +76,7 @@ from typing import Any
 from proxy.context import RequestContext
 from proxy.tokens import TokenCounter
 from rules.base import RuleDeps, option, system_prefix_len, text_of, units
-from rules.json_compact import CompactOptions, compact
+from rules.json_compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
 from rules.json_templates import (
     Template,
     apply_template,
@@ -275,11 +275,14 @@ def _later_texts(messages: list[Any], start: int, end: int) -> list[str]:
 
 
 def _parse_json(text: str) -> Any:
-    """The JSON object or array ``text`` holds, else None."""
+    """The JSON object or array ``text`` holds, else None (also when nested deeper than
+    ``MAX_DEPTH``: such a result is clipped as text, never recursed into)."""
     if text.lstrip()[:1] not in ("{", "["):
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    return value if isinstance(value, (dict, list)) and value else None
+    if not isinstance(value, (dict, list)) or not value or nesting_depth(value) > MAX_DEPTH:
+        return None
+    return value

@@ -164,25 +164,45 @@ def _lookalike_lts(canon: str) -> list[list[int]]:
 
 def neutralise(text: str) -> tuple[str, int]:
     """``text`` with every look-alike delimiter defanged, and how many were found."""
-    if not _may_hold_lookalike(text):
-        return text, 0
-    canon, source = _canonical(text)
+    texts, n = neutralise_parts([text])
+    return texts[0], n
+
+
+def neutralise_parts(texts: list[str]) -> tuple[list[str], int]:
+    """Consecutive text parts, defanged as the one text a reader sees when they are
+    joined: ``"ok <<"`` then ``"/zone:tool>>"`` is a look-alike too. Each ``<`` of a
+    look-alike becomes ``[`` in the part that holds it; parts keep their boundaries."""
+    joined = "".join(texts)
+    if not _may_hold_lookalike(joined):
+        return texts, 0
+    canon, source = _canonical(joined)
     found = _lookalike_lts(canon)
     if not found:
-        return text, 0
+        return texts, 0
     per_source: dict[int, int] = {}
     for h in (h for lts in found for h in lts):
         src = h if source is None else source[h]
         per_source[src] = per_source.get(src, 0) + 1
+    sources = sorted(per_source)
     out: list[str] = []
-    last = 0
-    for src in sorted(per_source):
-        end = _source_end(text, src)
-        out.append(text[last:src])
-        out.append(DEFANG * per_source[src])
-        last = end
-    out.append(text[last:])
-    return "".join(out), len(found)
+    k = start = 0
+    for text in texts:
+        end = start + len(text)
+        if k == len(sources) or sources[k] >= end:
+            out.append(text)
+            start = end
+            continue
+        pieces: list[str] = []
+        last = start
+        while k < len(sources) and sources[k] < end:
+            src = sources[k]
+            pieces += [joined[last:src], DEFANG * per_source[src]]
+            last = min(end, _source_end(joined, src))  # an escape split across parts
+            k += 1
+        pieces.append(joined[last:end])
+        out.append("".join(pieces))
+        start = end
+    return out, len(found)
 
 
 def _source_end(text: str, i: int) -> int:
@@ -205,6 +225,18 @@ def wrapped_body(text: str, name: str, marker: str) -> str | None:
         return None
     body = text[len(head): len(text) - len(tail)]
     return None if has_lookalike(body) else body
+
+
+# A line of data that opens like a chat transcript's role label ("System: …", "user:")
+# could pass for a turn of that speaker; such a label is quoted ('"System": …').
+_ROLE_LABEL = re.compile(
+    r"(?im)^([ \t]*)(system|developer|user|assistant|tool|function|human|ai|model)([ \t]*):")
+
+
+def quote_role_labels(text: str) -> str:
+    """``text`` with a role label opening any of its lines quoted, so that a snippet of
+    data never poses as a speaker of the conversation."""
+    return _ROLE_LABEL.sub(r'\1"\2"\3:', text)
 
 
 _TAG = r"<<zone:([a-z_]+):{marker}>>|<</zone:([a-z_]+)>>"

@@ -93,6 +93,7 @@ from rules.base import (
 from rules.zone_fence import (
     close_tag,
     neutralise,
+    neutralise_parts,
     open_tag,
     session_marker,
     wrap,
@@ -217,13 +218,13 @@ def _wrap_parts(parts: list[Any], zone: str, marker: str) -> tuple[list[Any], in
     opening = {"type": "text", "text": open_tag(zone, marker)}
     closing = {"type": "text", "text": close_tag(zone, marker)}
     done = len(parts) >= 2 and parts[0] == opening and parts[-1] == closing
-    inner, total = [], 0
-    for p in (parts[1:-1] if done else parts):
-        if isinstance(p, dict) and isinstance(p.get("text"), str):
-            text, n = neutralise(p["text"])
-            total += n
-            p = p if n == 0 else {**p, "text": text}
-        inner.append(p)
+    inner = list(parts[1:-1] if done else parts)
+    at = [i for i, p in enumerate(inner) if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    # neutralised together: a reader sees the text parts joined
+    new, total = neutralise_parts([inner[i]["text"] for i in at])
+    for i, text in zip(at, new):
+        if text != inner[i]["text"]:
+            inner[i] = {**inner[i], "text": text}
     if done and total == 0:
         return parts, 0
     return [opening, *inner, closing], total

@@ -25,7 +25,8 @@ class Raises:
 
 
 class DropOldAssistant:
-    """Drops assistant messages without tool calls before the last user turn."""
+    """Drops the text of assistant messages without tool calls before the last user turn
+    (each becomes "…": dropping the turn would put two user messages side by side)."""
 
     name = "drop_old_assistant"
     Config = NoConfig
@@ -35,9 +36,10 @@ class DropOldAssistant:
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         last = last_user_index(ctx.messages)
-        kept = [m for i, m in enumerate(ctx.messages)
-                if i >= last or m.get("role") != "assistant" or m.get("tool_calls")]
-        return ctx.replace(messages=kept) if len(kept) != len(ctx.messages) else ctx
+        kept = [m if i >= last or m.get("role") != "assistant" or m.get("tool_calls")
+                or m.get("content") == "…" else {**m, "content": "…"}
+                for i, m in enumerate(ctx.messages)]
+        return ctx.replace(messages=kept) if kept != ctx.messages else ctx
 
 
 class BreaksLastUser:

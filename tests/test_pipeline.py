@@ -34,14 +34,14 @@ def test_journal_records_each_rule_tokens_and_time():
     (entry,) = result.journal
     assert entry.rule == "drop_old_assistant" and entry.saved > 10 and entry.ms >= 0
     assert result.tokens_after == result.tokens_before - entry.saved
-    assert len(result.ctx.messages) == 3
+    assert [m["content"] for m in result.ctx.messages][2] == "…"
 
 
 def test_a_raising_rule_is_skipped_and_counted():
     pipeline, result = run([Raises(), DropOldAssistant(), Raises()])
     assert pipeline.stats.rule_failures["raises"] == 2
     assert [j.error != "" for j in result.journal] == [True, False, True]
-    assert len(result.ctx.messages) == 3  # the working rule still applied
+    assert result.ctx.messages[2]["content"] == "…"  # the working rule still applied
     assert not result.failed_open
 
 

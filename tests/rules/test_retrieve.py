@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.tokens import TokenCounter
-from rules.base import MEMORY_HEADER, text_of
+from rules.base import INJECTED_ACK, MEMORY_HEADER, text_of
 from rules.embedders import HashingEmbedder, make_embedder, minilm_dir
 from rules.knowledge_base import Document, clauses, valid_documents
 from rules.memory_index import chunk_messages
@@ -126,7 +126,8 @@ def test_recalls_a_fact_that_left_the_window_and_cites_it():
     out = run_rule(Retrieve, msgs, **SMALL)
     zone = memory_of(out.messages)
     assert len(zone) == 1 and "#3 user: My passport number is X99812" in zone[0]
-    assert out.messages[-2]["content"] == zone[0] and out.messages[-1] == msgs[-1]
+    assert out.messages[-3]["content"] == zone[0] and out.messages[-1] == msgs[-1]
+    assert out.messages[-2] == {"role": "assistant", "content": INJECTED_ACK}  # users apart
     assert COUNTER.messages(out.messages) < COUNTER.messages(msgs)
     assert "#3" in out.notes["retrieve"]["injected"]
 
