@@ -6,12 +6,15 @@
 - every ``tool`` message answers a ``tool_call`` id of an earlier assistant message, and
   every tool call of an assistant message is answered before the next non-tool message;
 - the last user turn is byte-identical to the original's last user turn;
-- leading system prompts are unchanged, except that ``zones`` may append one line.
+- leading system prompts are unchanged, except that ``zones`` may append one line;
+- opaque items (reasoning, thinking, compaction…) stay intact: ``proxy.adapters.opaque``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from proxy.adapters.opaque import opaque_problems
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -104,4 +107,5 @@ def rewrite_problems(
         for i, (b, a) in enumerate(zip(sys_before, sys_after))
     ):
         found.append("the system prompt was changed")
+    found.extend(opaque_problems(original, rewritten))
     return found
