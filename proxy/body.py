@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import BadRequest
-from proxy.jsonspan import decode, scrub_surrogates
+from proxy.jsonspan import decode_request
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class ParsedBody:
 
 def parse_body(raw: bytes) -> ParsedBody:
     """Parse and validate a chat-completions body; raise ``BadRequest`` on any problem."""
-    text, data, spans = decode(raw, BadRequest)
+    text, data, spans, rewritable = decode_request(raw, BadRequest)
     span = spans.get("messages")
     messages = data.get("messages")
     if span is None:
@@ -49,8 +49,7 @@ def parse_body(raw: bytes) -> ParsedBody:
                              param=f"messages[{i}].content")
     if "model" in data and not isinstance(data["model"], str):
         raise BadRequest("'model' must be a string.", param="model")
-    scrubbed = scrub_surrogates(text, data, BadRequest)
-    return ParsedBody(text, scrubbed, span, rewritable=scrubbed is data)
+    return ParsedBody(text, data, span, rewritable=rewritable)
 
 
 def dump_messages(messages: list[Any]) -> str:

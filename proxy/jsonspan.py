@@ -132,3 +132,13 @@ def scrub_surrogates(text: str, data: Any, bad: Callable[[str], Exception]) -> A
     except RecursionError:
         raise bad("The request body is nested too deeply.") from None
     return data if cleaned == data else cleaned
+
+
+def decode_request(raw: bytes, bad: Callable[[str], Exception]) -> tuple[
+        str, dict[str, Any], dict[str, tuple[int, int]], bool]:
+    """``decode``, then ``scrub_surrogates``: text, object (scrubbed), value spans, and
+    whether the body can be rewritten (false when it held lone surrogates: such a body
+    is forwarded as sent, counted and recorded from the scrubbed copy)."""
+    text, data, spans = decode(raw, bad)
+    clean = scrub_surrogates(text, data, bad)
+    return text, clean, spans, clean is data

@@ -21,7 +21,7 @@ from typing import Any
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
                                  groups, join_pieces, neutral_body, rebuild_units)
 from proxy.errors import BadRequest, ProxyError
-from proxy.jsonspan import array_spans, decode, replace_spans, scrub_surrogates, value_start
+from proxy.jsonspan import array_spans, decode_request, replace_spans, value_start
 
 CONTENT = {"text", "image", "document", "search_result"}
 # block type -> unit kind, per role (anything else is opaque)
@@ -126,9 +126,7 @@ def _new_out(m: dict[str, Any]) -> Out:
 
 class MessagesRequest:
     def __init__(self, raw: bytes) -> None:
-        self.text, data, self.spans = decode(raw, BadRequest)
-        self.data = scrub_surrogates(self.text, data, BadRequest)  # counted and recorded, never rewritten
-        self.rewritable = self.data is data
+        self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
         _check(self.data)
         self.containers: list[Container] = []  # built by _fill_raw
         self.messages: list[dict[str, Any]] = []
@@ -212,8 +210,6 @@ class MessagesRequest:
         return Parsed(d, chat, d.get("stream") is True, self.splice, rewritable=self.rewritable)
 
     def splice(self, messages: list[Any]) -> bytes:
-        if not self.rewritable:
-            raise ValueError("the body holds lone UTF-16 surrogates: it goes out as sent")
         gs = groups(messages)
         edits: list[tuple[tuple[int, int], str]] = []
         if self.messages and self.messages[0].get(SRC) == SYSTEM:

@@ -18,7 +18,7 @@ from typing import Any
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
                                  groups, join_pieces, neutral_body, rebuild_units)
 from proxy.errors import BadRequest, ProxyError
-from proxy.jsonspan import array_spans, decode, replace_spans, scrub_surrogates
+from proxy.jsonspan import array_spans, decode_request, replace_spans
 
 CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 RESULTS = {"function_call_output", "custom_tool_call_output"}
@@ -139,9 +139,7 @@ def _new_items(m: dict[str, Any]) -> list[str]:
 
 class ResponsesRequest:
     def __init__(self, raw: bytes) -> None:
-        self.text, data, self.spans = decode(raw, BadRequest)
-        self.data = scrub_surrogates(self.text, data, BadRequest)  # counted and recorded, never rewritten
-        self.rewritable = self.data is data
+        self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
         _check(self.data)
         self.containers: list[Container] = []  # built by _fill_raw
         self.where: list[tuple[int, int]] = []  # each container's first item and item count
@@ -218,8 +216,6 @@ class ResponsesRequest:
         return Parsed(d, chat, d.get("stream") is True, self.splice, notes, self.rewritable)
 
     def splice(self, messages: list[Any]) -> bytes:
-        if not self.rewritable:
-            raise ValueError("the body holds lone UTF-16 surrogates: it goes out as sent")
         gs = groups(messages)
         edits: list[tuple[tuple[int, int], str]] = []
         if self.messages and self.messages[0].get(SRC) == INSTRUCTIONS:
