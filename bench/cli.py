@@ -1,4 +1,4 @@
-"""``context-engine bench [FILES…] [--rules …] [--limit N] [--replay] [--json OUT]``.
+"""``context-engine bench [FILES…] [--rules …] [--limit N] [--replay] [--api API] [--json OUT]``.
 
 Without FILES, the three dev files of the shared data folder are read. Every system runs
 over the same cases: ``none``, ``last_n``, ``mask_observations``, the project's pipeline
@@ -20,7 +20,8 @@ from bench import cases as cases_mod
 from bench import report as report_mod
 from bench.cases import Case
 from bench.runner import run_replay, run_single, summarize
-from bench.systems import SYSTEM_KINDS, build_systems, engine_settings, parse_variant
+from bench.systems import SYSTEM_KINDS, EngineSystem, build_systems, engine_settings, parse_variant
+from bench.wire import APIS, WireSystem, convert_case
 from proxy.settings import ConfigError
 from proxy.tokens import TokenCounter
 
@@ -56,6 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:RULE.OPT=VAL[,…]",
                         help="also run the engine with these options changed, as system NAME "
                              "(repeatable; e.g. 'no-expansion:retrieve.expansion=0')")
+    parser.add_argument("--api", choices=APIS, default="chat",
+                        help="wire format the cases are sent in (the engine runs through its adapter)")
+    parser.add_argument("--opaque", action="store_true",
+                        help="--api responses|anthropic: add a reasoning/thinking item to every "
+                             "assistant turn and count requests that kept them byte for byte")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -76,6 +82,9 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                   markup=False)
         return 2
     systems = build_systems(settings, args.last_n, args.mask_keep, args.model, kinds, variants)
+    if args.api != "chat":
+        systems = [WireSystem(s, args.api, args.opaque) if isinstance(s, EngineSystem) else s
+                   for s in systems]
     counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
     report: dict[str, Any] = {
         "command": "context-engine bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
@@ -85,10 +94,13 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "variants": {name: {k: dict(v) for k, v in sorted(s.rule_options.items())}
                      for name, s in variants},
         "cache_ratio": args.cache_ratio,
+        "api": args.api,
         "files": {},
     }
     for path in files:
         cases = cases_mod.load_cases(path, args.limit, dedupe=args.replay)
+        if args.api != "chat":
+            cases = [convert_case(c, args.api, args.model, args.opaque) for c in cases]
         for label, group in _groups(path.name, cases, args.by_dataset, args.by_category):
             start = time.perf_counter()
             if args.replay:
@@ -99,6 +111,11 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             if not args.quiet:
                 err.print(f"{label}: {len(group)} cases, {len(systems)} systems, "
                           f"{time.perf_counter() - start:.1f} s", markup=False)
+    wired = [s for s in systems if isinstance(s, WireSystem) and s.tally.requests]
+    if wired:
+        report["opaque_intact"] = {s.name: [s.tally.intact, s.tally.requests] for s in wired}
+        err.print("opaque items byte-identical: " + ", ".join(
+            f"{s.name} {s.tally.intact}/{s.tally.requests}" for s in wired), markup=False)
     report_mod.print_report(report)
     if args.json_out:
         report_mod.write_json(report, args.json_out)

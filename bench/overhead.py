@@ -10,6 +10,10 @@ direct, for ~4k- and ~25k-token requests, and shadow's cost over passthrough. Ru
 hand; the numbers go in the README, not in tests:
 
     python3 bench/overhead.py [--requests 300] [--rules fold_duplicates,tool_json,zones]
+
+``--api chat,responses,anthropic`` sends the same conversation in each wire format (to
+``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``), interleaved in one run,
+and reports each API apart.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from typing import Any
 import httpx
 
 from rules import DEFAULT_RULES
+
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 
 WORDS = ("context engine proxy tokens cache prefix summary window retrieval budget zone "
          "rule ledger agent tool result schema template session turn").split()
@@ -57,6 +63,14 @@ def wait_up(url: str) -> None:
         except httpx.HTTPError:
             time.sleep(0.1)
     raise RuntimeError(f"{url} did not come up")
+
+
+def body_for(api: str, messages: list[dict[str, Any]]) -> bytes:
+    if api == "chat":
+        return json.dumps({"model": "gpt-4o", "messages": messages}).encode()
+    from bench.wire import to_wire
+
+    return to_wire(api, "gpt-4o", messages, None)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -110,37 +124,42 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, port in targets.items():
             if name != "direct":
                 wait_up(f"http://127.0.0.1:{port}/healthz")
+        apis = [a.strip() for a in args.api.split(",") if a.strip()]
         with httpx.Client(timeout=600) as client:  # a new session's first request embeds its history
             for size in (4000, 25000):
                 base = history(size)
-                times: dict[str, list[float]] = {name: [] for name in targets}
-                tokens = 0
+                times = {(api, name): [] for api in apis for name in targets}
+                tokens = dict.fromkeys(apis, 0)
                 for i in range(args.requests + 20):
                     if i == 20:  # a new session's history is embedded once, in the shadow
                         wait_idle(procs, args.settle)  # proxy in the background: not timed
-                    body = json.dumps({"model": "gpt-4o", "messages": base + [
-                        {"role": "user", "content": f"question number {i}: what changed?"}]}).encode()
-                    for name, port in targets.items():
-                        t = time.perf_counter()
-                        r = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=body,
-                                        headers={"content-type": "application/json",
-                                                 "authorization": "Bearer bench"})
-                        r.raise_for_status()
-                        if i >= 20:  # warm-up excluded
-                            times[name].append((time.perf_counter() - t) * 1000)
-                        tokens = int(r.headers.get("x-context-engine-tokens-before", tokens))
-                direct = times["direct"]
-                row: dict[str, Any] = {"tokens": tokens,
-                                       "direct_p50_ms": round(statistics.median(direct), 3)}
-                for name in ("passthrough", "shadow", "rewrite"):
-                    row[name] = {
-                        "p50_ms": round(statistics.median(times[name]), 3),
-                        "added_p50_ms": round(statistics.median(times[name]) - statistics.median(direct), 3),
-                        "added_p95_ms": round(pct(times[name], 0.95) - pct(direct, 0.95), 3),
-                    }
-                row["shadow_over_passthrough_p50_ms"] = round(
-                    statistics.median(times["shadow"]) - statistics.median(times["passthrough"]), 3)
-                results[str(size)] = row
+                    msgs = base + [{"role": "user", "content": f"question number {i}: what changed?"}]
+                    for api in apis:
+                        body = body_for(api, msgs)
+                        for name, port in targets.items():
+                            t = time.perf_counter()
+                            r = client.post(f"http://127.0.0.1:{port}{PATHS[api]}", content=body,
+                                            headers={"content-type": "application/json",
+                                                     "authorization": "Bearer bench"})
+                            r.raise_for_status()
+                            if i >= 20:  # warm-up excluded
+                                times[(api, name)].append((time.perf_counter() - t) * 1000)
+                            tokens[api] = int(r.headers.get("x-context-engine-tokens-before", tokens[api]))
+                for api in apis:
+                    direct = times[(api, "direct")]
+                    row: dict[str, Any] = {"tokens": tokens[api],
+                                           "direct_p50_ms": round(statistics.median(direct), 3)}
+                    for name in ("passthrough", "shadow", "rewrite"):
+                        ts = times[(api, name)]
+                        row[name] = {
+                            "p50_ms": round(statistics.median(ts), 3),
+                            "added_p50_ms": round(statistics.median(ts) - statistics.median(direct), 3),
+                            "added_p95_ms": round(pct(ts, 0.95) - pct(direct, 0.95), 3),
+                        }
+                    row["shadow_over_passthrough_p50_ms"] = round(
+                        statistics.median(times[(api, "shadow")])
+                        - statistics.median(times[(api, "passthrough")]), 3)
+                    results[str(size) if len(apis) == 1 else f"{api} {size}"] = row
     finally:
         for p in procs:
             p.terminate()
@@ -156,6 +175,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--settle", type=float, default=300.0,
                    help="after the warm-up, wait up to this many seconds for the proxies to go idle")
+    p.add_argument("--api", default="chat",
+                   help="comma-separated wire formats to send: chat, responses, anthropic")
     p.add_argument("--rules", default=",".join(DEFAULT_RULES),
                    help="rules of the shadow and rewrite proxies (default: the default rules)")
     args = p.parse_args()

@@ -99,6 +99,7 @@ KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
     "day": _day,
     "hour": _hour,
     "arm": lambda r: r.get("arm") or "rewrite",
+    "api": lambda r: r.get("api") or "chat",
 }
 
 

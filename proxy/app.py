@@ -16,6 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from proxy import __version__
+from proxy.adapters import ANTHROPIC, RESPONSES
 from proxy.chat import ChatCompletions
 from proxy.dashboard import dashboard_html
 from proxy.engine import Engine
@@ -57,6 +58,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
     finisher = Finisher(engine, ledger, metrics)
     watch(metrics, ledger, engine.store, finisher)
     chat = ChatCompletions(engine, upstream, finisher)
+    responses = ChatCompletions(engine, upstream, finisher, RESPONSES)
+    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC)
     passthrough = Passthrough(upstream)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -101,6 +104,9 @@ def create_app(settings: Settings, engine: Engine | None = None,
         Route("/dashboard", admin_only(dashboard, settings.admin_token), methods=["GET"]),
         Route("/v1/chat/completions", chat.handle, methods=["POST"]),
         Route("/chat/completions", chat.handle, methods=["POST"]),
+        Route("/v1/responses", responses.handle, methods=["POST"]),
+        Route("/responses", responses.handle, methods=["POST"]),
+        Route("/v1/messages", messages.handle, methods=["POST"]),
         Route("/v1/{path:path}", passthrough.handle, methods=METHODS),
     ]
     allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())

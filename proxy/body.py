@@ -2,8 +2,8 @@
 
 The upstream body must be the client's JSON with only ``messages`` replaced: every other
 field keeps its exact bytes. ``parse_body`` walks the top-level object once with the C
-JSON scanner and remembers where the ``messages`` value lies in the text; ``splice``
-puts the new messages there.
+JSON scanner (``proxy.jsonspan``) and remembers where the ``messages`` value lies in
+the text; ``splice`` puts the new messages there.
 
 JSON may escape lone UTF-16 surrogates (``"\ud800"``, a JS-truncated emoji). Python
 decodes them into strings that cannot be encoded as UTF-8, so nothing downstream
@@ -15,15 +15,11 @@ for counting and the ledger only, and ``rewritable`` is false.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import BadRequest
-
-_decoder = json.JSONDecoder()
-_WS = " \t\n\r"
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from proxy.jsonspan import decode_request
 
 
 @dataclass(frozen=True)
@@ -34,56 +30,10 @@ class ParsedBody:
     rewritable: bool = True
 
 
-def _skip_ws(s: str, i: int) -> int:
-    while i < len(s) and s[i] in _WS:
-        i += 1
-    return i
-
-
-def _walk_object(s: str) -> tuple[dict[str, Any], tuple[int, int] | None]:
-    i = _skip_ws(s, 0)
-    if i >= len(s) or s[i] != "{":
-        raise ValueError("the body must be a JSON object")
-    data: dict[str, Any] = {}
-    span = None
-    i = _skip_ws(s, i + 1)
-    if i < len(s) and s[i] == "}":
-        return data, None
-    while True:
-        if i >= len(s) or s[i] != '"':
-            raise ValueError(f"expected a key at char {i}")
-        key, i = _decoder.raw_decode(s, i)
-        i = _skip_ws(s, i)
-        if i >= len(s) or s[i] != ":":
-            raise ValueError(f"expected ':' at char {i}")
-        i = _skip_ws(s, i + 1)
-        start = i
-        value, i = _decoder.raw_decode(s, i)
-        data[key] = value
-        if key == "messages":
-            span = (start, i)
-        i = _skip_ws(s, i)
-        if i < len(s) and s[i] == ",":
-            i = _skip_ws(s, i + 1)
-            continue
-        if i < len(s) and s[i] == "}":
-            break
-        raise ValueError(f"expected ',' or '}}' at char {i}")
-    if _skip_ws(s, i + 1) != len(s):
-        raise ValueError("extra data after the JSON object")
-    return data, span
-
-
 def parse_body(raw: bytes) -> ParsedBody:
     """Parse and validate a chat-completions body; raise ``BadRequest`` on any problem."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest("The request body is not valid UTF-8.") from None
-    try:
-        data, span = _walk_object(text)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(f"The request body is not valid JSON: {exc}") from None
+    text, data, spans, rewritable = decode_request(raw, BadRequest)
+    span = spans.get("messages")
     messages = data.get("messages")
     if span is None:
         raise BadRequest("Missing required parameter: 'messages'.", param="messages")
@@ -99,25 +49,7 @@ def parse_body(raw: bytes) -> ParsedBody:
                              param=f"messages[{i}].content")
     if "model" in data and not isinstance(data["model"], str):
         raise BadRequest("'model' must be a string.", param="model")
-    if "\\u" in text and re.search(r"\\u[dD][89a-fA-F]", text):
-        try:
-            scrubbed = _scrub(data)
-        except RecursionError:
-            raise BadRequest("The request body is nested too deeply.") from None
-        if scrubbed != data:
-            return ParsedBody(text, scrubbed, span, rewritable=False)
-    return ParsedBody(text, data, span)
-
-
-def _scrub(value: Any) -> Any:
-    """``value`` with every lone surrogate (in keys too) replaced by U+FFFD."""
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_scrub(v) for v in value]
-    if isinstance(value, dict):
-        return {_scrub(k): _scrub(v) for k, v in value.items()}
-    return value
+    return ParsedBody(text, data, span, rewritable=rewritable)
 
 
 def dump_messages(messages: list[Any]) -> str:

@@ -1,22 +1,24 @@
-"""``POST /v1/chat/completions``: read, validate, rewrite, forward, relay, record.
+"""A conversation request (chat completions, Responses, Anthropic Messages): read,
+validate, rewrite, forward, relay, record. The adapter translates the wire format.
 
 Fail open at run time: any problem in the rewrite sends the client's original bytes.
-Errors of the proxy's own (bad body, upstream unreachable) answer in OpenAI's error
-shape; upstream errors pass through untouched.
+Errors of the proxy's own (bad body, upstream unreachable) answer in the API's own
+error shape; upstream errors pass through untouched.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy import modes
-from proxy.body import ParsedBody, parse_body, splice
+from proxy.adapters import CHAT, Adapter, Parsed
 from proxy.engine import Engine, Rewrite
-from proxy.errors import BodyTooLarge, ProxyError, error_response
+from proxy.errors import BodyTooLarge, ProxyError
 from proxy.finish import Finisher, fill_from_rewrite
 from proxy.ledger import LedgerRow
 from proxy.relay import relay
@@ -41,7 +43,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 class ChatCompletions:
-    def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher) -> None:
+    def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
+                 adapter: Adapter = CHAT) -> None:
+        self.adapter = adapter
         self.engine = engine
         self.upstream = upstream
         self.finisher = finisher
@@ -53,10 +57,10 @@ class ChatCompletions:
         try:
             url = self.upstream.url_for(request.scope)
             raw = await read_body(request, self.settings.max_body_bytes)
-            body = parse_body(raw)
+            body = self.adapter.parse(raw)
             mode = modes.resolve(request.headers, self.settings.mode)
         except ProxyError as exc:
-            return error_response(exc)
+            return self._error(exc)
         self.finisher.begin()
         try:
             row, rewrite, out = await self._prepare(request, body, raw, mode)
@@ -65,7 +69,7 @@ class ChatCompletions:
             self.engine.stats.invariant_failures += 1
             row, rewrite, out = LedgerRow(session="-", model=_text(body.data.get("model")),
                                           mode=mode, arm="passthrough", path=request.url.path,
-                                          failed_open=True), None, raw
+                                          failed_open=True, api=self.adapter.name), None, raw
         arm = row.arm
         row.proxy_ms = (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
@@ -74,42 +78,57 @@ class ChatCompletions:
         except ProxyError as exc:
             row.status, row.error = exc.status, exc.message
             row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.data, rewrite, Usage(), shadow=False)
-            return error_response(exc)
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            return self._error(exc)
         row.status = r.status_code
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             row.status = status
             row.prompt_tokens, row.cached_tokens = usage.prompt_tokens, usage.cached_tokens
             row.completion_tokens, row.finish_reason = usage.completion_tokens, usage.finish_reason
+            row.cache_write_tokens = usage.cache_write_tokens
             row.upstream_ms, row.error = upstream_ms, error
-            self.finisher.schedule(row, body.data, rewrite, usage,
+            self.finisher.schedule(row, body.chat, rewrite, usage,
                                    shadow=arm == "shadow" and body.rewritable)
 
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
         return await relay(r, started, extra, done, buffer=True)
 
-    async def _prepare(self, request: Request, body: ParsedBody, raw: bytes,
+    async def _prepare(self, request: Request, body: Parsed, raw: bytes,
                        mode: str) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
-        sid = session_id(request.headers, body.data["messages"], self.session_key)
+        sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
-        row = LedgerRow(session=sid, model=_text(body.data.get("model")), mode=mode, arm=arm,
-                        path=request.url.path, stream=body.data.get("stream") is True)
+        row = LedgerRow(session=sid, model=_text(body.chat.get("model")), mode=mode, arm=arm,
+                        path=request.url.path, stream=body.stream, api=self.adapter.name)
+        row.context.update(body.notes)
         rewrite = None
         if arm == "rewrite" and body.rewritable:
-            rewrite = await self._rewrite(body, sid)
+            rewrite = await self._rewrite(body.chat, sid)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, and bodies the rules cannot handle (lone surrogates)
-            row.tokens_original = row.tokens_sent = self.engine.count(body.data)
-        out = raw if rewrite is None or not rewrite.result.changed else splice(
-            body, rewrite.result.ctx.messages)
+            row.tokens_original = row.tokens_sent = self.engine.count(body.chat)
+        out = raw if rewrite is None or not rewrite.result.changed else self._splice(
+            body, rewrite, row, raw)
         return row, rewrite, out
 
-    async def _rewrite(self, body: ParsedBody, sid: str) -> Rewrite | None:
+    def _error(self, exc: ProxyError) -> Response:
+        return Response(self.adapter.error_body(exc), status_code=exc.status,
+                        media_type="application/json")
+
+    def _splice(self, body: Parsed, rewrite: Rewrite, row: LedgerRow, raw: bytes) -> bytes:
         try:
-            return await self.engine.rewrite_off_loop(body.data, sid)
+            return body.splice(rewrite.result.ctx.messages)
+        except Exception:  # the edge: a rewrite the wire format cannot carry sends the original
+            log.exception("splicing the rewrite failed; forwarding the original request")
+            self.engine.stats.invariant_failures += 1
+            row.failed_open, row.tokens_sent, row.rule_savings = True, row.tokens_original, {}
+            return raw
+
+    async def _rewrite(self, body: dict[str, Any], sid: str) -> Rewrite | None:
+        try:
+            return await self.engine.rewrite_off_loop(body, sid)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

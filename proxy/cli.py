@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="the bill before and after, from the ledger")
     _serve_flags(p)
     p.add_argument("--since", help="30m, 24h, 7d or an ISO date")
-    p.add_argument("--by", choices=("model", "rule", "session", "day"), default="model")
+    p.add_argument("--by", choices=("model", "rule", "session", "day", "api"), default="model")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="replay a bundled agent conversation through the proxy")

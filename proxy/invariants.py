@@ -10,12 +10,14 @@
   (``zones`` may append one line to the first message when it is a system prompt);
 - every image, audio and file part is kept, or a text reference names it;
 - no rewrite puts two user messages next to each other where the client did not.
+- opaque items (reasoning, thinking, compaction…) stay intact: ``proxy.adapters.opaque``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from proxy.adapters.opaque import opaque_problems
 from rules.base import media_refs, text_of
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -136,4 +138,5 @@ def rewrite_problems(
     found += _media_problems(original, rewritten)
     if _user_pairs(rewritten) > _user_pairs(original):
         found.append("two user messages in a row")
+    found.extend(opaque_problems(original, rewritten))
     return found

@@ -68,6 +68,8 @@ class LedgerRow:
     oscillation: float | None = None
     context: dict[str, Any] = field(default_factory=dict)
     ts: float = field(default_factory=time.time)
+    api: str = "chat"  # chat | responses | anthropic (the wire format)
+    cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)

@@ -46,8 +46,8 @@ class Metrics:
         self.label = LabelValues(max_label_values)
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("context_engine_requests", "Chat-completions requests",
-                                ["model", "arm", "status"], registry=r)
+        self.requests = Counter("context_engine_requests", "Conversation requests, per wire API",
+                                ["model", "arm", "status", "api"], registry=r)
         self.tokens_before = Counter("context_engine_tokens_before", "Input tokens as the client sent them",
                                      ["model"], registry=r)
         self.tokens_after = Counter("context_engine_tokens_after", "Input tokens sent upstream",
@@ -77,7 +77,8 @@ class Metrics:
 
     def observe(self, row: LedgerRow) -> None:
         model = self.label("model", row.model or "(none)")
-        self.requests.labels(model, self.label("arm", row.arm), self.label("status", row.status)).inc()
+        self.requests.labels(model, self.label("arm", row.arm), self.label("status", row.status),
+                             self.label("api", row.api)).inc()
         self.tokens_before.labels(model).inc(_count(row.tokens_original))
         self.tokens_after.labels(model).inc(_count(row.tokens_original if row.arm == "shadow" else row.tokens_sent))
         for entry in row.journal:

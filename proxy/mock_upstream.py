@@ -8,6 +8,11 @@ simulates provider prompt caching: ``cached_tokens`` is the longest prefix, in w
 
 Models named ``mock-429``, ``mock-500`` and ``mock-slow-<seconds>`` answer with that
 error, or after that delay, so tests can drive the proxy's error paths.
+
+``/v1/responses`` and ``/v1/messages`` answer as OpenAI's Responses API and Anthropic's
+Messages do (``proxy.mock_apis``). A ``script`` (steps ``{"shell": cmd}`` or
+``{"text": ...}``) drives real agents: each request that offers a shell tool gets the
+next step, any other request a plain text reply.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from proxy import mock_apis
+from proxy.adapters.anthropic import parse as parse_anthropic
+from proxy.adapters.responses import parse as parse_responses
+from proxy.mock_apis import next_reply as _next_reply
 from proxy.tokens import TokenCounter
 
 
@@ -47,6 +56,8 @@ class MockState:
     prompts: list[list[int]] = field(default_factory=list)
     counter: TokenCounter = field(default_factory=TokenCounter)
     simulate_cache: bool = True
+    script: list[dict[str, Any]] = field(default_factory=list)
+    script_pos: int = 0
 
 
 def _cached(state: MockState, tokens: list[int]) -> int:
@@ -69,13 +80,15 @@ def _encode(s: str) -> tuple[int, ...]:
     return tuple(get_encoding("o200k_base").encode_ordinary(s))
 
 
-def _prompt_tokens(state: MockState, body: dict[str, Any]) -> tuple[int, int]:
+def _prompt_tokens(state: MockState, body: dict[str, Any], neutral: list[Any] | None = None,
+                   items: Any = None) -> tuple[int, int]:
     if not state.simulate_cache:
         return 0, 0
     parts: list[int] = []
-    for m in body.get("messages", []):
+    for m in body.get("messages", []) if items is None else items:
         parts.extend(_encode(json.dumps(m, sort_keys=True, ensure_ascii=False)))
-    total = state.counter.request(body.get("messages", []), body.get("tools"))
+    total = state.counter.request(body.get("messages", []) if neutral is None else neutral,
+                                  body.get("tools"))
     return total, min(_cached(state, parts), total)
 
 
@@ -133,10 +146,14 @@ async def _sse(body: dict[str, Any], usage: dict[str, Any]) -> AsyncIterator[byt
 
 
 def build_mock_app(state: MockState) -> Starlette:
-    async def chat(request: Request) -> Response:
+    async def record(request: Request) -> bytes:
         raw = await request.body()
-        state.received.append(Received("POST", request.url.path, request.url.query,
+        state.received.append(Received(request.method, request.url.path, request.url.query,
                                        dict(request.headers), raw))
+        return raw
+
+    async def chat(request: Request) -> Response:
+        raw = await record(request)
         body = json.loads(raw)
         model = str(body.get("model", ""))
         if model == "mock-429":
@@ -157,9 +174,7 @@ def build_mock_app(state: MockState) -> Starlette:
         return JSONResponse(_completion(body, usage), headers={"x-request-id": "req_mock"})
 
     async def other(request: Request) -> Response:
-        raw = await request.body()
-        state.received.append(Received(request.method, request.url.path, request.url.query,
-                                       dict(request.headers), raw))
+        raw = await record(request)
         if request.url.path.endswith("/models"):
             return JSONResponse({"object": "list", "data": [{"id": "gpt-4o", "object": "model",
                                                              "created": 0, "owned_by": "mock"}]})
@@ -167,8 +182,37 @@ def build_mock_app(state: MockState) -> Starlette:
                                       "query": request.url.query, "body": raw.decode("utf-8", "replace")}},
                             headers={"x-mock": "other"})
 
+    async def responses(request: Request) -> Response:
+        raw = await record(request)
+        body = json.loads(raw)
+        neutral = parse_responses(raw).chat["messages"]
+        items = body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]
+        prompt, cached = _prompt_tokens(state, body, neutral, items)
+        reply = _next_reply(state, "responses", body.get("tools") or [], neutral)
+        usage = mock_apis.responses_usage(prompt, cached)
+        if body.get("stream"):
+            return StreamingResponse(mock_apis.responses_stream(body, reply, usage),
+                                     media_type="text/event-stream", headers={"x-request-id": "req_mock"})
+        return JSONResponse(mock_apis.response_object(body, mock_apis.responses_items(body, reply), usage),
+                            headers={"x-request-id": "req_mock"})
+
+    async def messages(request: Request) -> Response:
+        raw = await record(request)
+        body = json.loads(raw)
+        neutral = parse_anthropic(raw).chat["messages"]
+        prompt, cached = _prompt_tokens(state, body, neutral, body.get("messages"))
+        reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
+        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw)
+        if body.get("stream"):
+            return StreamingResponse(mock_apis.anthropic_stream(body, reply, usage),
+                                     media_type="text/event-stream", headers={"request-id": "req_mock"})
+        return JSONResponse(mock_apis.anthropic_message(body, reply, usage),
+                            headers={"request-id": "req_mock"})
+
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/{path:path}", other, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ])
 
@@ -205,8 +249,9 @@ class ServerThread:
 
 
 class MockUpstream(ServerThread):
-    def __init__(self, port: int = 0, simulate_cache: bool = True) -> None:
-        self.state = MockState(simulate_cache=simulate_cache)
+    def __init__(self, port: int = 0, simulate_cache: bool = True,
+                 script: list[dict[str, Any]] | None = None) -> None:
+        self.state = MockState(simulate_cache=simulate_cache, script=list(script or []))
         super().__init__(build_mock_app(self.state), port)
 
     @property

@@ -52,5 +52,6 @@ def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes) -> s
 
 def caller_hash(headers: Mapping[str, str], key: bytes) -> str:
     """The caller's scope: a keyed hash of its API key, so memory is scoped per caller."""
-    secret = headers.get("authorization", "") or headers.get("api-key", "")
+    secret = (headers.get("authorization", "") or headers.get("api-key", "")
+              or headers.get("x-api-key", ""))
     return hmac.new(key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()

@@ -27,6 +27,7 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
         "overall": total.as_dict(),
         "failed_open_share": total.failed_open / total.requests if total.requests else 0.0,
         "by_model": [t.as_dict() for t in totals_by(rows, "model")],
+        "by_api": [t.as_dict() for t in totals_by(rows, "api")],
         "by_rule": [r.as_dict() for r in by_rule(rows)],
         "over_time": {"bucket": "hour" if span <= 3 * 86400 else "day",
                       "rows": [t.as_dict() for t in totals_by(rows, "hour" if span <= 3 * 86400 else "day")]},

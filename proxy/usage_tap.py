@@ -1,5 +1,12 @@
 """Reads ``usage`` (and the reply text) out of response bytes without changing them.
 
+It reads each API's shape: chat completions (``usage.prompt_tokens``), Responses
+(``response.completed``: ``input_tokens``, ``input_tokens_details.cached_tokens``,
+``output_tokens``) and Anthropic Messages (``message_start`` + ``message_delta``:
+``input_tokens``, ``cache_read_input_tokens``, ``cache_creation_input_tokens``,
+``output_tokens``). ``prompt_tokens`` is always every input token the upstream billed,
+cache reads and writes included, so the three APIs compare.
+
 Non-streamed bodies are parsed once at the end; streamed SSE bodies are fed chunk by
 chunk, split at line boundaries whatever the chunking, and the last non-null ``usage``
 wins. Compressed bodies (gzip, deflate) are decoded on the side; the client still gets
@@ -14,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_TEXT = 200_000
+ANTHROPIC = {"message", "message_start", "message_delta", "content_block_delta"}
 
 
 @dataclass
@@ -23,14 +31,82 @@ class Usage:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     text_parts: list[str] = field(default_factory=list)
+    cache_write_tokens: int | None = None
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
+    def _text(self, s: Any) -> None:
+        if isinstance(s, str) and sum(map(len, self.text_parts)) < MAX_TEXT:
+            self.text_parts.append(s)
+
     def take(self, obj: Any) -> None:
         if not isinstance(obj, dict):
             return
+        kind = obj.get("type") or obj.get("object")
+        if isinstance(kind, str) and (kind == "response" or kind.startswith("response.")):
+            self._responses(obj)
+        elif kind in ANTHROPIC:
+            self._anthropic(obj)
+        else:
+            self._chat(obj)
+
+    def _responses(self, obj: dict[str, Any]) -> None:
+        if obj.get("type") == "response.output_text.delta":
+            self._text(obj.get("delta"))
+            return
+        resp = obj.get("response") if "response" in obj else obj
+        if not isinstance(resp, dict):
+            return
+        usage = resp.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int(usage.get("input_tokens"))
+            self.completion_tokens = _int(usage.get("output_tokens"))
+            details = usage.get("input_tokens_details")
+            self.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        if resp.get("status") not in (None, "in_progress", "queued"):
+            reason = (resp.get("incomplete_details") or {}).get("reason") if isinstance(
+                resp.get("incomplete_details"), dict) else None
+            self.finish_reason = str(reason or resp["status"])
+        if obj is resp:  # a whole response body: its text is in the output items
+            for item in resp.get("output") or ():
+                for part in (item.get("content") or ()) if isinstance(item, dict) else ():
+                    if isinstance(part, dict) and part.get("type") == "output_text":
+                        self._text(part.get("text"))
+
+    def _anthropic(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("type")
+        if kind == "content_block_delta":
+            delta = obj.get("delta")
+            if isinstance(delta, dict):
+                self._text(delta.get("text"))
+            return
+        msg = obj.get("message") if kind == "message_start" else obj
+        if not isinstance(msg, dict):
+            return
+        usage = msg.get("usage")
+        if isinstance(usage, dict):
+            fresh = _int(usage.get("input_tokens"))
+            read = _int(usage.get("cache_read_input_tokens"))
+            write = _int(usage.get("cache_creation_input_tokens"))
+            if fresh is not None:
+                self.prompt_tokens = fresh + (read or 0) + (write or 0)
+            if read is not None:
+                self.cached_tokens = read
+            if write is not None:
+                self.cache_write_tokens = write
+            if _int(usage.get("output_tokens")) is not None:
+                self.completion_tokens = usage["output_tokens"]
+        stop = (obj.get("delta") or {}).get("stop_reason") if kind == "message_delta" else msg.get("stop_reason")
+        if isinstance(stop, str):
+            self.finish_reason = stop
+        if kind == "message":
+            for block in msg.get("content") or ():
+                if isinstance(block, dict) and block.get("type") == "text":
+                    self._text(block.get("text"))
+
+    def _chat(self, obj: dict[str, Any]) -> None:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = _int(usage.get("prompt_tokens"))
@@ -43,9 +119,7 @@ class Usage:
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
             part = choice.get("delta") or choice.get("message") or {}
-            content = part.get("content") if isinstance(part, dict) else None
-            if isinstance(content, str) and sum(map(len, self.text_parts)) < MAX_TEXT:
-                self.text_parts.append(content)
+            self._text(part.get("content") if isinstance(part, dict) else None)
 
 
 def _int(v: Any) -> int | None:

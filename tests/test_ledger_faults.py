@@ -197,7 +197,7 @@ def test_metrics_labels_are_cleaned_and_bounded_in_number():
               if line.startswith("context_engine_requests_total{")}
     assert len(models) == MAX_LABEL_VALUES + 1 and "other" in models
     assert 'model="other"' in text and "\\ud800" not in models
-    assert 'context_engine_requests_total{arm="rewrite",model="other",status="200"} 51.0' in text
+    assert 'context_engine_requests_total{api="chat",arm="rewrite",model="other",status="200"} 51.0' in text
     rules = [line for line in text.splitlines() if line.startswith("context_engine_rule_saved_tokens_total{")]
     assert len(rules) == MAX_LABEL_VALUES + 1
 

@@ -1,0 +1,196 @@
+"""``bench --api responses|anthropic``: the cases as another wire format.
+
+Each case's chat messages are written as a Responses or Anthropic Messages request and
+read back through that API's adapter, so every system sees the conversation as the
+proxy sees it for that API. The project's engine runs the whole path of a request:
+wire bytes → adapter → rules → splice into the bytes → adapter again for measuring.
+``--opaque`` adds a reasoning item (Responses) or a signed thinking block (Anthropic)
+to every assistant turn, and the run counts requests whose opaque items reached the
+output byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bench.cases import Case
+from proxy.adapters import ADAPTERS
+from proxy.adapters.base import OPAQUE, PLACEHOLDER, SRC
+from proxy.invariants import rewrite_problems
+
+APIS = ("chat", "responses", "anthropic")
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", "") for p in content or () if isinstance(p, dict) and p != PLACEHOLDER)
+
+
+def _opaque(api: str, n: int) -> dict[str, Any]:
+    if api == "responses":
+        return {"type": "reasoning", "id": f"rs_{n}", "summary": [],
+                "encrypted_content": f"gAAAAAB{n:06d}+/opaque=="}
+    return {"type": "thinking", "thinking": "", "signature": f"Eq{n:06d}+/signed=="}
+
+
+def to_responses(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model}
+    start = 0
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        body["instructions"], start = messages[0]["content"], 1
+    items: list[dict[str, Any]] = []
+    for n, m in enumerate(messages[start:]):
+        role, content = m.get("role"), m.get("content")
+        if isinstance(content, list):
+            content = [p for p in content if p != PLACEHOLDER]
+        if role == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id", ""),
+                          "output": _text(content)})
+            continue
+        if role == "assistant":
+            items += m.get(OPAQUE) or ([_opaque("responses", n)] if opaque else [])
+        calls = m.get("tool_calls") or [] if role == "assistant" else []
+        if content or not calls:
+            kind = "output_text" if role == "assistant" else "input_text"
+            items.append({"type": "message", "role": role, "content": content if isinstance(content, str)
+                          else [{"type": kind, "text": _text([p])} for p in content or ()] or ""})
+        items += [{"type": "function_call", "call_id": c.get("id", ""), "name": c["function"]["name"],
+                   "arguments": c["function"].get("arguments", "")} for c in calls]
+    body["input"] = items
+    if tools:
+        body["tools"] = [{"type": "function", **t["function"]} if "function" in t else t for t in tools]
+    return body
+
+
+def to_anthropic(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "max_tokens": 1024}
+    start = 0
+    while start < len(messages) and messages[start].get("role") in ("system", "developer"):
+        start += 1
+    if start:
+        body["system"] = "\n\n".join(_text(m.get("content")) for m in messages[:start])
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        # consecutive messages of one role stay apart (the API accepts them), but
+        # tool results and the user text after them are one message, as clients send them
+        if out and out[-1]["role"] == role == "user" and all(
+                b["type"] == "tool_result" for b in out[-1]["content"]):
+            out[-1]["content"] += blocks
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for n, m in enumerate(messages[start:]):
+        role, text = m.get("role"), _text(m.get("content"))
+        if role == "tool":
+            add("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""), "content": text}])
+        elif role == "assistant":
+            blocks = list(m.get(OPAQUE) or ([_opaque("anthropic", n)] if opaque else []))
+            blocks += [{"type": "text", "text": text}] if text else []
+            for c in m.get("tool_calls") or ():
+                try:
+                    args = json.loads(c["function"].get("arguments") or "{}")
+                except ValueError:
+                    args = {"raw": c["function"].get("arguments")}
+                blocks.append({"type": "tool_use", "id": c.get("id", ""), "name": c["function"]["name"],
+                               "input": args if isinstance(args, dict) else {"value": args}})
+            add("assistant", blocks or [{"type": "text", "text": "(no text)"}])
+        else:
+            add("user", [{"type": "text", "text": text or "(empty)"}])
+    body["messages"] = out
+    if tools:
+        body["tools"] = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
+                          "input_schema": t["function"].get("parameters") or {"type": "object"}}
+                         if "function" in t else t for t in tools]
+    return body
+
+
+def to_wire(api: str, model: str, messages: list[Any], tools: Any, opaque: bool = False) -> bytes:
+    build = {"responses": to_responses, "anthropic": to_anthropic}[api]
+    return json.dumps(build(model, messages, tools, opaque), ensure_ascii=False).encode()
+
+
+def strip(messages: list[Any], keys: tuple[str, ...] = (SRC,)) -> list[Any]:
+    """Neutral messages without the adapter's container tags (opaque items stay, by default)."""
+    return [{k: v for k, v in m.items() if k not in keys} for m in messages]
+
+
+def neutral(api: str, raw: bytes) -> tuple[list[Any], Any]:
+    parsed = ADAPTERS[api].parse(raw)
+    return strip(parsed.chat["messages"]), parsed.chat.get("tools")
+
+
+def convert_case(case: Case, api: str, model: str, opaque: bool) -> Case:
+    messages, tools = neutral(api, to_wire(api, model, case.messages, case.tools, opaque))
+    return replace(case, messages=messages, tools=tools, meta={**case.meta, "opaque": opaque})
+
+
+@dataclass
+class OpaqueTally:
+    requests: int = 0
+    intact: int = 0
+
+
+@dataclass
+class _WireSession:
+    inner: Any  # bench.systems._EngineSession
+    api: str
+    opaque: bool
+    tally: OpaqueTally
+
+    async def rewrite(self, messages: list[Any], tools: Any) -> Any:
+        from bench.systems import Outcome
+
+        raw = to_wire(self.api, self.inner.model, messages, tools)
+        parsed = ADAPTERS[self.api].parse(raw)
+        start = time.perf_counter()
+        rw = await self.inner.engine.rewrite(parsed.chat, self.inner.session_id)
+        out_raw = raw
+        if rw.result.changed:
+            try:
+                out_raw = parsed.splice(rw.result.ctx.messages)
+            except ValueError:
+                pass  # the proxy sends the original here too
+        ms = (time.perf_counter() - start) * 1000
+        self.inner.engine.prefetch()
+        out, _ = neutral(self.api, out_raw)
+        if self.opaque:
+            held = _opaque_texts(raw)
+            self.tally.requests += 1
+            self.tally.intact += all(t in out_raw for t in held)
+        zones = rw.result.ctx.notes.get("zones")
+        zone_line = zones.get("system_line") if isinstance(zones, dict) else None
+        both = (SRC, OPAQUE)  # the engine's own result is checked, as the proxy checks it
+        return Outcome(out, ms, journal=list(rw.result.journal),
+                       problems=rewrite_problems(strip(parsed.chat["messages"], both),
+                                                 strip(rw.result.ctx.messages, both), zone_line),
+                       failed_open=rw.result.failed_open or out_raw == raw and rw.result.changed,
+                       reverted_because=list(rw.result.problems))
+
+
+def _opaque_texts(raw: bytes) -> list[bytes]:
+    data = json.loads(raw)
+    found = [i for i in data.get("input") or () if isinstance(i, dict) and i.get("type") == "reasoning"]
+    for m in data.get("messages") or ():
+        found += [b for b in m["content"] if isinstance(b, dict) and b.get("type") == "thinking"] \
+            if isinstance(m.get("content"), list) else []
+    return [json.dumps(o, ensure_ascii=False).encode() for o in found]
+
+
+@dataclass
+class WireSystem:
+    inner: Any  # bench.systems.EngineSystem
+    api: str
+    opaque: bool = False
+    tally: OpaqueTally = field(default_factory=OpaqueTally)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def open(self, session_id: str) -> Any:
+        return _WireSession(self.inner.open(session_id), self.api, self.opaque, self.tally)

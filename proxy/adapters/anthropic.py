@@ -1,0 +1,296 @@
+"""Anthropic Messages (``POST /v1/messages``) ⇄ the neutral form.
+
+``system`` (a string or text blocks) becomes a leading system message. Each message
+is a container: a user message becomes one ``tool`` message per ``tool_result`` block
+plus a user message with its other blocks; an assistant message becomes one assistant
+message whose ``tool_use`` blocks are ``tool_calls``. Blocks keep their keys
+(``cache_control`` included). ``thinking``, ``redacted_thinking``, server tool blocks,
+``compaction`` and unknown blocks are opaque: they go back as their exact text.
+
+After a rewrite the messages are written back so the request stays valid: neighbours
+of the same role merge, and every ``tool_result`` must answer a ``tool_use`` of the
+message before it, or the rewrite is refused (the original goes out).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
+                                 groups, join_pieces, neutral_body, rebuild_units)
+from proxy.errors import BadRequest, ProxyError
+from proxy.jsonspan import array_spans, decode_request, replace_spans, value_start
+
+CONTENT = {"text", "image", "document", "search_result"}
+# block type -> unit kind, per role (anything else is opaque)
+KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
+         "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
+SYSTEM = -1
+ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+               504: "timeout_error"}
+
+
+def error_body(exc: ProxyError) -> bytes:
+    """The proxy's own errors in Anthropic's shape."""
+    kind = ERROR_TYPES.get(exc.status, "api_error")
+    return json.dumps({"type": "error", "error": {"type": kind, "message": exc.message}}).encode()
+
+
+def _check(data: dict[str, Any]) -> None:
+    if "model" in data and not isinstance(data["model"], str):
+        raise BadRequest("model: Input should be a valid string")
+    system = data.get("system")
+    if system is not None and not isinstance(system, str) and not (
+            isinstance(system, list) and all(isinstance(b, dict) and isinstance(b.get("type"), str)
+                                             for b in system)):
+        raise BadRequest("system: Input should be a string or a list of text blocks")
+    if not isinstance(data.get("messages"), list):
+        raise BadRequest("messages: Field required (an array of messages)")
+
+
+def _bad_message(i: int) -> BadRequest:
+    return BadRequest(f"messages.{i}: needs a string 'role' and a string or a list of blocks "
+                      "with a string 'type' as 'content'")
+
+
+def _neutral_call(block: dict[str, Any]) -> dict[str, Any]:
+    return {"id": block["id"], "type": "function",
+            "function": {"name": block.get("name", ""), "arguments": dumps(block.get("input", {}))}}
+
+
+def _blocks(content: Any, originals: list[Unit]) -> list[str]:
+    """Block texts for neutral content: an unchanged block keeps its original text."""
+    if isinstance(content, str):
+        return [dumps({"type": "text", "text": content})] if content else []
+    out = []
+    for p in content or ():
+        if p == PLACEHOLDER:
+            continue
+        same = next((u.raw for u in originals if u.obj == p), None)
+        out.append(same or dumps(p))
+    return out
+
+
+def _patch_call(u: Unit, call: dict[str, Any]) -> str:
+    fn = call.get("function") or {}
+    return dumps({**u.obj, "name": fn.get("name", ""), "input": json.loads(fn.get("arguments") or "{}")})
+
+
+def _result_content(content: Any) -> Any:
+    return content if isinstance(content, str) else [json.loads(b) for b in _blocks(content, [])]
+
+
+def _patch_result(u: Unit, m: dict[str, Any]) -> str:
+    return dumps({**u.obj, "content": _result_content(m.get("content"))})
+
+
+def _new_call(call: dict[str, Any]) -> str:
+    fn = call.get("function") or {}
+    return dumps({"type": "tool_use", "id": call.get("id", ""), "name": fn.get("name", ""),
+                  "input": json.loads(fn.get("arguments") or "{}")})
+
+
+def _tool_content(block: dict[str, Any]) -> Any:
+    content = block.get("content")
+    return content if isinstance(content, (str, list)) else ""
+
+
+@dataclass
+class Out:
+    """One message on its way back: role, block texts, and ``src`` when it is unchanged."""
+
+    role: str
+    blocks: list[str]
+    src: int | None = None
+    raw: str = ""
+    orig: int | None = None  # the client's message it comes from, changed or not
+
+
+def _new_out(m: dict[str, Any]) -> Out:
+    """A message a rule made: system/developer text goes in as user text."""
+    role = m.get("role")
+    if role == "tool":
+        block = {"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""),
+                 "content": _result_content(m.get("content"))}
+        return Out("user", [dumps(block)])
+    blocks = _blocks(m.get("content"), [])
+    if role == "assistant":
+        return Out("assistant", blocks + [_new_call(c) for c in m.get("tool_calls") or ()])
+    return Out("user", blocks)
+
+
+class MessagesRequest:
+    def __init__(self, raw: bytes) -> None:
+        self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
+        _check(self.data)
+        self.containers: list[Container] = []  # built by _fill_raw
+        self.messages: list[dict[str, Any]] = []
+        self.meta: dict[str, tuple[str, str]] = {}
+        system = self.data.get("system")
+        if system:
+            self.messages.append({"role": "system", "content": system, SRC: SYSTEM})
+        for i, m in enumerate(self.data["messages"]):
+            self._read(i, m)
+
+    def _read(self, i: int, m: Any) -> None:
+        """One message into its container and neutral messages (``BadRequest`` if invalid)."""
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _bad_message(i)
+        role, content = m["role"], m.get("content")
+        src = i
+        if role not in ROLES:  # a role this adapter does not know: the whole message is opaque
+            neutral = [{"role": "user", "content": [PLACEHOLDER], SRC: src, OPAQUE: [m]}]
+        elif isinstance(content, str):
+            neutral = [{"role": role, "content": content, SRC: src}]
+        elif isinstance(content, list):
+            neutral, parts, calls, held = [], [], [], []
+            kinds = KINDS.get(role, KINDS["user"])
+            for j, blk in enumerate(content):
+                t = blk.get("type") if isinstance(blk, dict) else None
+                if not isinstance(t, str):
+                    raise _bad_message(i)
+                kind = kinds.get(t, "opaque")
+                if kind == "content":
+                    parts.append(blk)
+                elif kind == "opaque":
+                    held.append(blk)
+                elif not isinstance(blk.get("id" if kind == "call" else "tool_use_id"), str):
+                    raise BadRequest(f"messages.{i}.content.{j}: {t} needs a string id")
+                elif kind == "call":
+                    calls.append(_neutral_call(blk))
+                else:
+                    neutral.append({"role": "tool", "tool_call_id": blk["tool_use_id"],
+                                    "content": _tool_content(blk), SRC: src})
+            if parts or calls or held or not content:
+                main: dict[str, Any] = {"role": role, "content": parts or (
+                    None if calls else [PLACEHOLDER]), SRC: src}
+                if calls:
+                    main["tool_calls"] = calls
+                if held:
+                    main[OPAQUE] = held
+                neutral.append(main)
+        else:
+            raise _bad_message(i)
+        self.messages.extend(neutral)
+
+    def _fill_raw(self) -> None:
+        """The containers (one per message), with each block's exact text (only to splice)."""
+        spans = array_spans(self.text, self.spans["messages"][0])
+        of: list[list[dict[str, Any]]] = [[] for _ in spans]
+        for m in self.messages:
+            if m[SRC] != SYSTEM:
+                of[m[SRC]].append(m)
+        self.containers = [Container([], of[n], obj) for n, obj in enumerate(self.data["messages"])]
+        for c, (b, e) in zip(self.containers, spans):
+            c.bounds, c.raw = (b, e), self.text[b:e]
+            role, content = c.obj["role"], c.obj["content"]
+            if role not in ROLES:
+                c.units = [Unit("opaque", c.obj, "", c.raw)]
+            elif isinstance(content, str):  # as a text block, should it merge with a neighbour
+                block = {"type": "text", "text": content}
+                c.units = [Unit("content", block, "", dumps(block))]
+            else:
+                kinds = KINDS.get(role, KINDS["user"])
+                c.units = []
+                for blk, (bb, be) in zip(content, array_spans(self.text, value_start(self.text, b, "content"))):
+                    kind = kinds.get(blk["type"], "opaque")
+                    key = blk["id"] if kind == "call" else blk["tool_use_id"] if kind == "result" else ""
+                    c.units.append(Unit(kind, blk, key, self.text[bb:be]))
+            for u in c.units:
+                self.meta[u.raw] = (u.obj.get("type", "message"), u.key)
+
+    def parsed(self) -> Parsed:
+        d = self.data
+        chat = neutral_body(d.get("model"), self.messages, d.get("tools"), d.get("max_tokens"))
+        return Parsed(d, chat, d.get("stream") is True, self.splice, rewritable=self.rewritable)
+
+    def splice(self, messages: list[Any]) -> bytes:
+        gs = groups(messages)
+        edits: list[tuple[tuple[int, int], str]] = []
+        if self.messages and self.messages[0].get(SRC) == SYSTEM:
+            first = gs.pop(0) if gs and gs[0].src == SYSTEM else None
+            if first is None or len(first.messages) != 1:
+                raise ValueError("the system prompt was removed or reshaped")
+            if first.messages[0] != self.messages[0]:
+                edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
+        self._fill_raw()
+        outs = self._merge([o for g in gs for o in self._group(g)])
+        new = self._pairing(outs) - self._pairing(
+            [Out(c.obj["role"], [u.raw for u in c.units], n) for n, c in enumerate(self.containers)])
+        if new:
+            raise ValueError(f"the rewrite would be invalid for Anthropic: {sorted(new)[:3]}")
+        pieces = [(o.src, o.raw or '{"role":' + dumps(o.role) + ',"content":[' + ",".join(o.blocks) + "]}")
+                  for o in outs]
+        begin, end = self.spans["messages"]
+        edits.append(((begin, end), join_pieces(self.text, self.containers, pieces, begin, end)))
+        return replace_spans(self.text, edits)
+
+    def _system(self, content: Any) -> str:
+        if isinstance(content, str):
+            return dumps(content)
+        spans = array_spans(self.text, self.spans["system"][0])
+        originals = [Unit("content", blk, raw=self.text[b:e])
+                     for blk, (b, e) in zip(self.data["system"], spans)]
+        return "[" + ",".join(_blocks(content, originals)) + "]"
+
+    def _group(self, g: Group) -> list[Out]:
+        if g.src == SYSTEM:
+            raise ValueError("the system prompt was moved")
+        if g.src is None:
+            return [_new_out(m) for m in g.messages]
+        c = self.containers[g.src]
+        if g.messages == c.messages or c.obj["role"] not in ROLES:
+            return [Out(c.obj["role"], [u.raw for u in c.units], g.src, c.raw, g.src)]
+        originals = [u for u in c.units if u.kind == "content"]
+        built = rebuild_units(c, g, lambda m: _blocks(m.get("content"), originals),
+                              _patch_call, _patch_result, _new_call)
+        return [Out(c.obj["role"], built, orig=g.src)] if built else []
+
+    def _kind_of(self, block: str) -> tuple[str, str]:
+        known = self.meta.get(block)
+        if known is None:
+            b = json.loads(block)
+            known = self.meta[block] = (str(b.get("type")), str(b.get("id") or b.get("tool_use_id") or ""))
+        return known
+
+    def _merge(self, outs: list[Out]) -> list[Out]:
+        """Neighbours of the same role that the rewrite made neighbours become one message
+        (tool results first); empty ones go. Neighbours the client sent stay as they are."""
+        merged: list[Out] = []
+        for o in outs:
+            if not o.blocks:
+                continue
+            prev = merged[-1] if merged else None
+            sent_so = prev is not None and prev.orig is not None and o.orig == prev.orig + 1
+            if prev is not None and prev.role == o.role and not sent_so:
+                blocks = merged[-1].blocks + o.blocks
+                results = [b for b in blocks if self._kind_of(b)[0] == "tool_result"]
+                merged[-1] = Out(o.role, results + [b for b in blocks if b not in results])
+            else:
+                merged.append(o)
+        return merged
+
+    def _pairing(self, outs: list[Out]) -> set[str]:
+        """Problems Anthropic would refuse: unanswered or stray tool ids, a leading assistant."""
+        found: set[str] = set()
+        prev: set[str] = set()
+        for o in outs:
+            kinds = [self._kind_of(b) for b in o.blocks]
+            calls = {k for t, k in kinds if t == "tool_use"}
+            results = {k for t, k in kinds if t == "tool_result"}
+            found |= {f"tool_result {r} without its tool_use" for r in results - prev}
+            if o.role == "user":
+                found |= {f"tool_use {c} without its result" for c in prev - results}
+            prev = calls
+        if outs and outs[0].role != "user":
+            found.add("the first message is not a user message")
+        return found
+
+
+def parse(raw: bytes) -> Parsed:
+    return MessagesRequest(raw).parsed()

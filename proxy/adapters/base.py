@@ -1,0 +1,186 @@
+"""What every wire-format adapter shares: the neutral form and raw-byte splicing.
+
+The neutral form is the chat-completions message list the rules already understand.
+An adapter maps each wire *container* (a Responses item run, an Anthropic message) to
+one or more neutral messages, tagged with ``SRC`` (the container's index) and, when the
+container holds items the rules must not touch, ``OPAQUE`` (those items, for the
+invariant check). When splicing, a container is a list of *units* with their exact text:
+
+    content   text/image parts of the container's main message
+    call      a tool call (key: its id)
+    result    a tool result (key: the call id it answers)
+    opaque    anything else: reasoning, thinking, compaction, unknown types
+
+On the way back each container whose neutral messages came back unchanged is written
+as its original text; a changed one is rebuilt unit by unit, opaque units as their
+original text at their original place.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+SRC = "_ce_src"
+OPAQUE = "_ce_opaque"
+PLACEHOLDER = {"type": "opaque", "text": ""}  # content of a message holding only opaque units
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(slots=True)
+class Unit:
+    """One item or block with its exact text (units are only built when splicing)."""
+
+    kind: str  # content | call | result | opaque
+    obj: Any
+    key: str = ""
+    raw: str = ""
+
+
+@dataclass(slots=True)
+class Container:
+    units: list[Unit]
+    messages: list[dict[str, Any]]  # its neutral messages
+    obj: Any = None
+    raw: str = ""  # its exact text, filled when splicing
+    bounds: tuple[int, int] = (0, 0)
+
+
+def join_pieces(text: str, containers: list[Container], pieces: list[tuple[int | None, str]],
+                begin: int, end: int) -> str:
+    """A JSON array of ``pieces`` (``(src, text)``; ``src`` set when it is a container's
+    exact text). Between two adjacent containers the original separator is kept, so an
+    unchanged array comes out byte for byte."""
+    if not pieces:
+        return "[]"
+    last = len(containers) - 1
+    out = [text[begin:containers[0].bounds[0]] if pieces[0][0] == 0 else "["]
+    prev: int | None = None
+    for n, (src, piece) in enumerate(pieces):
+        if n:
+            if src is not None and prev is not None and src == prev + 1:
+                out.append(text[containers[prev].bounds[1]:containers[src].bounds[0]])
+            else:
+                out.append(",")
+        out.append(piece)
+        prev = src
+    out.append(text[containers[last].bounds[1]:end] if pieces[-1][0] == last else "]")
+    return "".join(out)
+
+
+@dataclass
+class Group:
+    """Consecutive neutral messages of one container (``src`` None: a rule's new message)."""
+
+    src: int | None
+    messages: list[dict[str, Any]]
+
+    @property
+    def main(self) -> dict[str, Any] | None:
+        return next((m for m in self.messages if m.get("role") != "tool"), None)
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        return {str(m.get("tool_call_id")): m for m in self.messages if m.get("role") == "tool"}
+
+
+def groups(messages: list[Any]) -> list[Group]:
+    out: list[Group] = []
+    for m in messages:
+        src = m.get(SRC) if isinstance(m, dict) else None
+        if src is not None and out and out[-1].src == src:
+            out[-1].messages.append(m)
+        else:
+            out.append(Group(src if isinstance(src, int) else None, [m]))
+    return out
+
+
+def call_of(calls: Any, key: str) -> dict[str, Any] | None:
+    for c in calls or ():
+        if isinstance(c, dict) and c.get("id") == key:
+            return c
+    return None
+
+
+Build = Callable[[Unit, dict[str, Any]], str]
+
+
+def rebuild_units(c: Container, g: Group, content: Callable[[dict[str, Any]], list[str]],
+                  patch_call: Build, patch_result: Build, new_call: Callable[[dict[str, Any]], str]
+                  ) -> list[str]:
+    """The unit texts of container ``c`` as group ``g`` (its messages after the rules) says.
+
+    Unchanged units keep their text; opaque units go out as they came, if the group holds
+    the container's main message; the main message's new content replaces its content
+    units at the first one's place; calls and results are kept, patched or dropped by id.
+    """
+    orig_main = next((m for m in c.messages if m.get("role") != "tool"), None)
+    orig_results = {str(m.get("tool_call_id")): m for m in c.messages if m.get("role") == "tool"}
+    main, results = g.main, g.results()
+    same_content = main is not None and orig_main is not None and \
+        main.get("content") == orig_main.get("content")
+    out: list[str] = []
+    placed = False
+    first_call = -1
+    calls = list((main or {}).get("tool_calls") or ())
+    for u in c.units:
+        if u.kind == "opaque":
+            if main is not None:
+                out.append(u.raw)
+        elif u.kind == "content":
+            if main is None:
+                continue
+            if same_content:
+                out.append(u.raw)
+            elif not placed:
+                out.extend(content(main))
+                placed = True
+        elif u.kind == "call":
+            first_call = len(out) if first_call < 0 else first_call
+            new = call_of(calls, u.key)
+            if new is None:
+                continue
+            calls.remove(new)
+            old = call_of((orig_main or {}).get("tool_calls"), u.key)
+            out.append(u.raw if new == old else patch_call(u, new))
+        elif u.kind == "result":
+            res = results.get(u.key)
+            if res is None:
+                continue
+            out.append(u.raw if res == orig_results.get(u.key) else patch_result(u, res))
+    if main is not None and not same_content and not placed:
+        at = first_call if first_call >= 0 else len(out)
+        out[at:at] = content(main)
+    out.extend(new_call(call) for call in calls)
+    return out
+
+
+def text_parts(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content] if content else []
+    return [p["text"] for p in content or () if isinstance(p, dict) and isinstance(p.get("text"), str)]
+
+
+def neutral_body(model: Any, messages: list[dict[str, Any]], tools: Any,
+                 max_tokens: Any) -> dict[str, Any]:
+    """The chat-shaped dict the engine rewrites and counts."""
+    body: dict[str, Any] = {"model": model if isinstance(model, str) else "", "messages": messages}
+    if isinstance(tools, list):
+        body["tools"] = tools
+    if isinstance(max_tokens, int):
+        body["max_tokens"] = max_tokens
+    return body
+
+
+@dataclass
+class Parsed:
+    """A request as an adapter read it: the client's body, its neutral view and a splicer."""
+
+    data: dict[str, Any]
+    chat: dict[str, Any]
+    stream: bool
+    splice: Callable[[list[Any]], bytes]
+    notes: dict[str, Any] = field(default_factory=dict)
+    rewritable: bool = True  # false: the body goes out as sent (lone surrogates)

@@ -1,0 +1,261 @@
+"""OpenAI Responses API (``POST /v1/responses``) ⇄ the neutral form.
+
+``instructions`` becomes a leading system message. ``input`` (a string, or a list of
+items) becomes containers: each user/system/developer ``message`` item and each tool
+output item stands alone; a run of consecutive assistant-side items (assistant
+messages, ``function_call``/``custom_tool_call``, ``reasoning`` and every other item
+type) becomes one assistant message with ``tool_calls``. Reasoning, compaction, item
+references and unknown items are opaque: they go back as their exact text.
+
+With ``previous_response_id`` or ``conversation`` the server holds the history: only
+``input`` is rewritten (``instructions`` is left out of the neutral form).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
+                                 groups, join_pieces, neutral_body, rebuild_units)
+from proxy.errors import BadRequest, ProxyError
+from proxy.jsonspan import array_spans, decode_request, replace_spans
+
+CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
+RESULTS = {"function_call_output", "custom_tool_call_output"}
+ROLES = {"user", "assistant", "system", "developer"}
+INSTRUCTIONS = -1
+
+
+def _kind(item: dict[str, Any]) -> str:
+    t = item.get("type")
+    if t in (None, "message") and isinstance(item.get("role"), str):
+        return "content" if item["role"] == "assistant" else "message"
+    if t in CALLS:
+        return "call"
+    if t in RESULTS:
+        return "result"
+    return "opaque"
+
+
+def _check(data: dict[str, Any]) -> None:
+    if "model" in data and not isinstance(data["model"], str):
+        raise BadRequest("'model' must be a string.", param="model")
+    if "instructions" in data and not isinstance(data["instructions"], (str, type(None))):
+        raise BadRequest("'instructions' must be a string.", param="instructions")
+    items = data.get("input")
+    if items is None or isinstance(items, str):
+        return
+    if not isinstance(items, list):
+        raise BadRequest("'input' must be a string or an array of items.", param="input")
+
+
+def _item_kind(i: int, item: Any) -> str:
+    """The item's kind, or ``BadRequest`` when it is not a valid input item."""
+    if not isinstance(item, dict):
+        raise BadRequest(f"input[{i}] must be an object.", param=f"input[{i}]")
+    kind = _kind(item)
+    if kind in ("message", "content"):
+        if item["role"] not in ROLES or not isinstance(item.get("content"), (str, list)):
+            raise BadRequest(f"input[{i}]: a message needs a role (user, assistant, system, "
+                             "developer) and string or array content.", param=f"input[{i}]")
+    elif kind in ("call", "result") and not isinstance(item.get("call_id"), str):
+        raise BadRequest(f"input[{i}]: '{item.get('type')}' needs a string 'call_id'.",
+                         param=f"input[{i}].call_id")
+    elif kind == "opaque" and not isinstance(item.get("type"), str):
+        raise BadRequest(f"input[{i}] has no 'type'.", param=f"input[{i}].type")
+    return kind
+
+
+def _content(item: dict[str, Any]) -> Any:
+    return item.get("content")
+
+
+def _run_content(texts: list[dict[str, Any]], has_calls: bool) -> Any:
+    if len(texts) == 1:
+        return _content(texts[0])
+    if texts:
+        parts: list[Any] = []
+        for t in texts:
+            c = _content(t)
+            parts.extend([{"type": "output_text", "text": c}] if isinstance(c, str) else c)
+        return parts
+    return None if has_calls else [PLACEHOLDER]
+
+
+def _neutral_call(item: dict[str, Any]) -> dict[str, Any]:
+    return {"id": item["call_id"], "type": "function",
+            "function": {"name": item.get("name", ""), "arguments": item.get(CALLS[item["type"]], "")}}
+
+
+def _unit(item: dict[str, Any], raw: str) -> Unit:
+    kind = _kind(item)
+    return Unit("content" if kind == "message" else kind, item,
+                item["call_id"] if kind in ("call", "result") else "", raw)
+
+
+def _wire_parts(content: Any, role: str) -> Any:
+    if isinstance(content, str):
+        return content
+    kind = "output_text" if role == "assistant" else "input_text"
+    return [{**p, "type": kind} if isinstance(p, dict) and p.get("type") == "text" else p
+            for p in content if p != PLACEHOLDER]
+
+
+def _message_item(base: dict[str, Any] | None, m: dict[str, Any]) -> str:
+    role = str(m.get("role"))
+    content = m.get("content")
+    if not isinstance(content, (str, list)) or not content:
+        return ""
+    if base is not None and isinstance(content, str) and not isinstance(base.get("content"), str):
+        content = [{"type": "text", "text": content}]
+    item = {**(base or {"type": "message", "role": role}), "content": _wire_parts(content, role)}
+    return dumps(item)
+
+
+def _patch_call(u: Unit, call: dict[str, Any]) -> str:
+    fn = call.get("function") or {}
+    return dumps({**u.obj, "name": fn.get("name", ""), CALLS[u.obj["type"]]: fn.get("arguments", "")})
+
+
+def _patch_result(u: Unit, m: dict[str, Any]) -> str:
+    return dumps({**u.obj, "output": _wire_parts(m.get("content") or "", "user")})
+
+
+def _new_call(call: dict[str, Any]) -> str:
+    fn = call.get("function") or {}
+    return dumps({"type": "function_call", "call_id": call.get("id", ""),
+                  "name": fn.get("name", ""), "arguments": fn.get("arguments", "")})
+
+
+def _new_items(m: dict[str, Any]) -> list[str]:
+    """Items for a message a rule made (it has no container)."""
+    if m.get("role") == "tool":
+        return [dumps({"type": "function_call_output", "call_id": m.get("tool_call_id", ""),
+                       "output": _wire_parts(m.get("content") or "", "user")})]
+    out = [_message_item(None, m)]
+    out.extend(_new_call(c) for c in m.get("tool_calls") or ())
+    return [i for i in out if i]
+
+
+class ResponsesRequest:
+    def __init__(self, raw: bytes) -> None:
+        self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
+        _check(self.data)
+        self.containers: list[Container] = []  # built by _fill_raw
+        self.where: list[tuple[int, int]] = []  # each container's first item and item count
+        self.messages: list[dict[str, Any]] = []
+        self.server_state = next((k for k in ("previous_response_id", "conversation")
+                                  if self.data.get(k)), "")
+        instructions = self.data.get("instructions")
+        if isinstance(instructions, str) and not self.server_state:
+            self.messages.append({"role": "system", "content": instructions, SRC: INSTRUCTIONS})
+        items = self.data.get("input")
+        if isinstance(items, str):
+            self.messages.append({"role": "user", "content": items, SRC: 0})
+        elif isinstance(items, list):
+            self._read_items(items)
+
+    def _read_items(self, items: list[Any]) -> None:
+        run: list[tuple[dict[str, Any], str]] = []  # the current run of assistant-side items
+        for n, item in enumerate(items):
+            kind = _item_kind(n, item)
+            if kind in ("content", "call", "opaque"):
+                if kind == "content" and any(k != "opaque" for _, k in run):
+                    # a second assistant message, or one after a call, starts a new turn,
+                    # which takes the opaque items (its reasoning) just before it
+                    k = len(run)
+                    while run[k - 1][1] == "opaque":
+                        k -= 1
+                    self._run(run[:k], n - len(run))
+                    run = run[k:]
+                run.append((item, kind))
+                continue
+            if run:
+                self._run(run, n - len(run))
+                run = []
+            if kind == "message":
+                m = {"role": item["role"], "content": item["content"], SRC: len(self.where)}
+            else:
+                output = item.get("output")
+                m = {"role": "tool", "tool_call_id": item["call_id"],
+                     "content": output if isinstance(output, (str, list)) else "", SRC: len(self.where)}
+            self.where.append((n, 1))
+            self.messages.append(m)
+        if run:
+            self._run(run, len(items) - len(run))
+
+    def _run(self, run: list[tuple[dict[str, Any], str]], first: int) -> None:
+        texts = [i for i, k in run if k == "content"]
+        calls = [_neutral_call(i) for i, k in run if k == "call"]
+        m: dict[str, Any] = {"role": "assistant", "content": _run_content(texts, bool(calls)),
+                             SRC: len(self.where)}
+        if calls:
+            m["tool_calls"] = calls
+        held = [i for i, k in run if k == "opaque"]
+        if held:
+            m[OPAQUE] = held
+        self.where.append((first, len(run)))
+        self.messages.append(m)
+
+    def _fill_raw(self) -> None:
+        """The containers, with each item's exact text (only needed to splice)."""
+        spans = array_spans(self.text, self.spans["input"][0])
+        items = self.data["input"]
+        by_src = {m[SRC]: m for m in self.messages if m[SRC] != INSTRUCTIONS}
+        self.containers = []
+        for src, (first, count) in enumerate(self.where):
+            units = [_unit(items[n], self.text[slice(*spans[n])]) for n in range(first, first + count)]
+            bounds = (spans[first][0], spans[first + count - 1][1])
+            self.containers.append(Container(units, [by_src[src]], raw=self.text[slice(*bounds)],
+                                             bounds=bounds))
+
+    def parsed(self) -> Parsed:
+        d = self.data
+        chat = neutral_body(d.get("model"), self.messages, d.get("tools"), d.get("max_output_tokens"))
+        notes = {"server_state": self.server_state} if self.server_state else {}
+        return Parsed(d, chat, d.get("stream") is True, self.splice, notes, self.rewritable)
+
+    def splice(self, messages: list[Any]) -> bytes:
+        gs = groups(messages)
+        edits: list[tuple[tuple[int, int], str]] = []
+        if self.messages and self.messages[0].get(SRC) == INSTRUCTIONS:
+            first = gs.pop(0) if gs and gs[0].src == INSTRUCTIONS else None
+            if first is None or len(first.messages) != 1 or not isinstance(
+                    first.messages[0].get("content"), str):
+                raise ValueError("the instructions message was removed or reshaped")
+            if first.messages[0] != self.messages[0]:
+                edits.append((self.spans["instructions"], dumps(first.messages[0]["content"])))
+        if any(g.src == INSTRUCTIONS for g in gs):
+            raise ValueError("the instructions message was moved")
+        if "input" in self.spans:
+            edits.append((self.spans["input"], self._input(gs)))
+        return replace_spans(self.text, edits)
+
+    def _input(self, gs: list[Group]) -> str:
+        begin, end = self.spans["input"]
+        if isinstance(self.data["input"], str):
+            if len(gs) == 1 and gs[0].src == 0 and gs[0].messages == self.messages[-1:]:
+                return self.text[begin:end]
+            return "[" + ",".join(i for g in gs for m in g.messages for i in _new_items(m)) + "]"
+        self._fill_raw()
+        pieces = [p for g in gs for p in self._group(g)]
+        return join_pieces(self.text, self.containers, pieces, begin, end)
+
+    def _group(self, g: Group) -> list[tuple[int | None, str]]:
+        if g.src is None:
+            return [(None, i) for m in g.messages for i in _new_items(m)]
+        c = self.containers[g.src]
+        if g.messages == c.messages:
+            return [(g.src, c.raw)]
+        first_text = next((u.obj for u in c.units if u.kind == "content"), None)
+        items = rebuild_units(c, g, lambda m: [i for i in [_message_item(first_text, m)] if i],
+                              _patch_call, _patch_result, _new_call)
+        return [(None, i) for i in items]
+
+
+def parse(raw: bytes) -> Parsed:
+    return ResponsesRequest(raw).parsed()
+
+
+def error_body(exc: ProxyError) -> bytes:
+    return exc.body()

@@ -1,0 +1,163 @@
+"""Golden cases per adapter: parse → neutral → splice gives the client's exact bytes when
+nothing changed; after any rewrite the invariants accept, opaque items keep their exact
+bytes and order and the request stays valid for its API."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from proxy.adapters import ADAPTERS
+from proxy.adapters.base import OPAQUE, SRC
+from proxy.jsonspan import array_spans, object_spans
+from proxy.invariants import rewrite_problems
+
+GOLDEN = sorted((Path(__file__).parent / "golden" / "wire").glob("*.json"))
+
+
+def _adapter(path: Path):
+    return ADAPTERS[path.name.split("_")[0]]
+
+
+def _opaque_texts(path: Path) -> list[str]:
+    """The exact text of every opaque item/block of a golden request, in order."""
+    text = path.read_text()
+    data, spans = object_spans(text)
+    out = []
+    if path.name.startswith("responses") and isinstance(data.get("input"), list):
+        for item, (b, e) in zip(data["input"], array_spans(text, spans["input"][0])):
+            if item.get("type") not in (None, "message", "function_call", "function_call_output",
+                                        "custom_tool_call", "custom_tool_call_output"):
+                out.append(text[b:e])
+    if path.name.startswith("anthropic"):
+        for m, (b, e) in zip(data["messages"], array_spans(text, spans["messages"][0])):
+            if isinstance(m["content"], list):
+                inner = object_spans(text[b:e])[1]["content"][0] + b
+                for blk, (bb, be) in zip(m["content"], array_spans(text, inner)):
+                    if blk["type"] not in ("text", "image", "document", "tool_use", "tool_result"):
+                        out.append(text[bb:be])
+    return out
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
+def test_unchanged_neutral_splices_to_the_exact_bytes(path):
+    raw = path.read_bytes()
+    parsed = _adapter(path).parse(raw)
+    assert parsed.splice([dict(m) for m in parsed.chat["messages"]]) == raw
+
+
+def test_golden_cases_hold_every_opaque_kind():
+    kinds = set()
+    for path in GOLDEN:
+        kinds |= {json.loads(t)["type"] for t in _opaque_texts(path)}
+    assert {"reasoning", "compaction", "item_reference", "thinking", "redacted_thinking",
+            "server_tool_use", "web_search_tool_result", "future_item_kind", "mystery_block"} <= kinds
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
+def test_every_accepted_drop_keeps_opaque_bytes_and_validity(path):
+    raw = path.read_bytes()
+    opaque = _opaque_texts(path)
+    parsed = _adapter(path).parse(raw)
+    msgs = parsed.chat["messages"]
+    accepted = 0
+    for n in (1, 2):
+        for drop in itertools.combinations(range(len(msgs)), n):
+            new = [m for i, m in enumerate(msgs) if i not in drop]
+            if rewrite_problems(msgs, new):
+                continue
+            try:
+                out = parsed.splice(new)
+            except ValueError:  # the adapter refused a shape its API would reject
+                continue
+            accepted += 1
+            text = out.decode()
+            json.loads(text)
+            positions = [text.find(t) for t in opaque]
+            assert -1 not in positions and positions == sorted(positions), drop
+            if path.name.startswith("anthropic"):
+                roles = [m["role"] for m in json.loads(text)["messages"]]
+                assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:]))
+    if path.stem in ("anthropic_blocks", "responses_codex", "responses_items"):
+        assert accepted  # these have messages a rule may drop
+
+
+def test_opaque_invariant_refuses_drops_and_changes():
+    parsed = ADAPTERS["responses"].parse((Path(__file__).parent / "golden/wire/responses_codex.json").read_bytes())
+    msgs = parsed.chat["messages"]
+    holder = next(i for i, m in enumerate(msgs) if m.get(OPAQUE))
+    assert any("opaque" in p for p in rewrite_problems(msgs, msgs[:holder] + msgs[holder + 2:]))
+    changed = {**msgs[holder], OPAQUE: [{**msgs[holder][OPAQUE][0], "encrypted_content": "x"}]}
+    assert rewrite_problems(msgs, msgs[:holder] + [changed] + msgs[holder + 1:])
+    last = max(i for i, m in enumerate(msgs) if m.get(OPAQUE))
+    after = msgs[last + 1]
+    assert after["role"] == "tool" and any("after the last opaque" in p for p in rewrite_problems(
+        msgs, msgs[:last + 1] + msgs[last + 2:]))
+    assert not rewrite_problems(msgs, [dict(m) for m in msgs])
+
+
+def test_changed_items_keep_their_other_keys():
+    path = Path(__file__).parent / "golden/wire/anthropic_claude_code.json"
+    parsed = ADAPTERS["anthropic"].parse(path.read_bytes())
+    msgs = parsed.chat["messages"]
+    i = next(n for n, m in enumerate(msgs) if m["role"] == "tool" and isinstance(m["content"], list))
+    new = msgs[:i] + [{**msgs[i], "content": [{"type": "text", "text": "nine"}]}] + msgs[i + 1:]
+    block = json.loads(parsed.splice(new))["messages"][-1]["content"][0]
+    assert block == {"type": "tool_result", "tool_use_id": "toolu_02",
+                     "content": [{"type": "text", "text": "nine"}], "is_error": True}
+    r = ADAPTERS["responses"].parse((Path(__file__).parent / "golden/wire/responses_items.json").read_bytes())
+    rm = r.chat["messages"]
+    j = next(n for n, m in enumerate(rm) if m["role"] == "tool")
+    out = json.loads(r.splice(rm[:j] + [{**rm[j], "content": "Done."}] + rm[j + 1:]))
+    assert {"type": "custom_tool_call_output", "call_id": "ct_1", "output": "Done."} in out["input"]
+
+
+def test_rule_messages_without_a_source_are_written_in_each_format():
+    note = {"role": "user", "content": "[context-engine:memory] earlier: the cat is called Tom"}
+    for name, path in [("responses", "responses_string.json"), ("anthropic", "anthropic_blocks.json")]:
+        parsed = ADAPTERS[name].parse((Path(__file__).parent / "golden/wire" / path).read_bytes())
+        msgs = parsed.chat["messages"]
+        out = json.loads(parsed.splice(msgs[:-1] + [note] + msgs[-1:]))
+        assert "the cat is called Tom" in json.dumps(out)
+        assert SRC not in json.dumps(out) and OPAQUE not in json.dumps(out)
+
+
+def test_anthropic_refuses_a_tool_result_without_its_tool_use():
+    parsed = ADAPTERS["anthropic"].parse((Path(__file__).parent / "golden/wire/anthropic_claude_code.json").read_bytes())
+    msgs = parsed.chat["messages"]
+    calls = next(i for i, m in enumerate(msgs) if m.get("tool_calls"))
+    stripped = {k: v for k, v in msgs[calls].items() if k != "tool_calls"}
+    with pytest.raises(ValueError, match="tool_result"):
+        parsed.splice(msgs[:calls] + [stripped] + msgs[calls + 1:])
+
+
+def test_responses_turns_split_at_each_assistant_message():
+    body = {"model": "m", "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "r1", "summary": [], "encrypted_content": "E1"},
+        {"role": "assistant", "content": "one"},
+        {"type": "reasoning", "id": "r2", "summary": [], "encrypted_content": "E2"},
+        {"role": "assistant", "content": "two"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {"role": "user", "content": "bye"}]}
+    msgs = ADAPTERS["responses"].parse(json.dumps(body).encode()).chat["messages"]
+    assert [(m["role"], m.get("content"), [o["id"] for o in m.get(OPAQUE, [])]) for m in msgs] == [
+        ("user", "hi", []), ("assistant", "one", ["r1"]), ("assistant", "two", ["r2"]),
+        ("tool", "ok", []), ("user", "bye", [])]
+    assert msgs[2]["tool_calls"][0]["id"] == "c"
+
+
+def test_anthropic_keeps_the_clients_own_same_role_neighbours():
+    body = {"model": "m", "max_tokens": 5, "messages": [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+        {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"},
+        {"role": "assistant", "content": "e"}, {"role": "user", "content": "f"}]}
+    parsed = ADAPTERS["anthropic"].parse(json.dumps(body).encode())
+    msgs = parsed.chat["messages"]
+    out = json.loads(parsed.splice(msgs[:4] + msgs[5:]))["messages"]  # drop "e": d and f merge
+    assert [m["role"] for m in out] == ["user", "assistant", "assistant", "user"]
+    assert out[3]["content"] == [{"type": "text", "text": "d"}, {"type": "text", "text": "f"}]
