@@ -68,6 +68,9 @@ def start_proxy(mock: MockUpstream, tmp_path: Path) -> Iterator[Any]:
     def start(rules: list[Any] | None = None, upstream: str | None = None, **flags: Any) -> RunningProxy:
         flags.setdefault("rules", "")
         flags.setdefault("store", "memory://")
+        # the rules deadline is a timing safety net (tests/test_lanes.py drives it with
+        # events): functional tests must not depend on how loaded the machine is
+        flags.setdefault("rules_deadline_ms", 0)
         flags.setdefault("ledger", str(tmp_path / f"ledger{len(running)}.db"))
         flags["upstream"] = upstream or mock.url + "/v1"
         settings = load_settings(flags=flags, env={}, config_path=os.devnull)
