@@ -229,8 +229,9 @@ def media_refs(m: Any) -> list[str]:
         return []
     refs = []
     for p in content:
-        if not isinstance(p, dict) or p.get("type") in (None, "text"):
-            continue
+        if not isinstance(p, dict) or p.get("type") in (None, "text", "opaque") \
+                or isinstance(p.get("text"), str):
+            continue  # text (any API's text part), or an opaque item (its own invariant)
         kind = str(p.get("type"))
         body = p.get(kind)
         named = body.get("url") or body.get("file_id") or body.get("filename") \
