@@ -91,7 +91,7 @@ def _system_kept(before: dict[str, Any], after: dict[str, Any], zone_line: str |
 def _system_problems(original: list[Any], rewritten: list[Any], zone_line: str | None) -> list[str]:
     before, after = _instructions(original), _instructions(rewritten)
     leading = isinstance(original[0], dict) and original[0].get("role") in ("system", "developer")
-    if leading and not (isinstance(rewritten[0], dict)
+    if leading and not (rewritten and isinstance(rewritten[0], dict)
                         and rewritten[0].get("role") in ("system", "developer")):
         return ["the system prompt was changed"]
     if len(before) != len(after) or not all(

@@ -86,7 +86,7 @@ def test_stream_bytes_equal_the_upstream_bytes(start_proxy, mock):
     assert via == direct and via.rstrip().endswith(b'data: {"type": "message_stop"}')
 
 
-def test_rewrite_merges_neighbours_and_keeps_thinking_byte_identical(start_proxy, mock):
+def test_rewrite_keeps_thinking_and_cache_control_byte_identical(start_proxy, mock):
     proxy = start_proxy(rules=[DropOldAssistant()])
     body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 64, "system": "Be brief.",
                        "messages": HISTORY, "tools": TOOLS}, indent=2).encode()
@@ -94,9 +94,10 @@ def test_rewrite_merges_neighbours_and_keeps_thinking_byte_identical(start_proxy
     assert r.status_code == 200
     got = mock.received[-1].body
     sent = json.loads(got)["messages"]
-    assert [m["role"] for m in sent] == ["user", "assistant", "user"]  # the two user turns merged
-    assert sent[0]["content"][0] == {"type": "text", "text": "What is 2+2?"}
-    assert sent[0]["content"][1]["cache_control"] == {"type": "ephemeral"}
+    assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "user"]
+    assert got != body and "…" in json.dumps(sent[1]["content"], ensure_ascii=False)
+    assert sent[0]["content"] == "What is 2+2?"
+    assert sent[2]["content"][0]["cache_control"] == {"type": "ephemeral"}
     thinking = json.dumps(THINKING, indent=2).replace("\n", "\n        ").encode()
     assert thinking in body and thinking in got
     assert got.startswith(body.split(b'"messages":')[0]) and got.endswith(body.split(b'"tools":')[1])

@@ -46,7 +46,7 @@ def test_mode_header_overrides_per_request(start_proxy, mock):
     post(proxy, {"X-Context-Engine-Mode": "shadow"})
     assert mock.received[-1].json()["messages"] == MSGS
     post(proxy)
-    assert len(mock.received[-1].json()["messages"]) == 3
+    assert mock.received[-1].json()["messages"] != MSGS
     r = post(proxy, {"X-Context-Engine-Mode": "turbo"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "x-context-engine-mode"
 
@@ -63,7 +63,7 @@ def test_ab_mode_rewrites_only_its_arm(start_proxy, mock):
     proxy = start_proxy(rules=[DropOldAssistant()], mode="ab", ab_share=0.5)
     for i in range(12):
         post(proxy, {"X-Session-Id": f"user-{i}"})
-        rewritten = len(mock.received[-1].json()["messages"]) == 3
+        rewritten = mock.received[-1].json()["messages"] != MSGS
         row = proxy.rows()[-1]
         assert (row["arm"] == "rewrite") == rewritten
         assert row["arm"] == modes.arm("ab", row["session"], 0.5)
