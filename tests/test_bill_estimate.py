@@ -188,3 +188,28 @@ def test_cache_writes_are_read_from_usage_and_billed_at_the_write_price(start_pr
     bill = row_bill(row)
     expected = 500 * 3e-7 + 2000 * 3.75e-6 + 500 * 3e-6 + 10 * 1.5e-5
     assert abs(bill.actual - expected) < 1e-12
+
+
+def test_report_stats_and_metrics_label_estimate_and_billed(start_proxy):
+    import httpx
+    from rich.console import Console
+
+    from proxy.report import build, render
+
+    proxy = start_proxy(rules=[FoldEveryThird()])
+    rows = _send(proxy, conversation(8, "views"), "views")
+    data = build(rows, "model")
+    assert data["overall"]["cost_original_basis"] == "estimate"
+    assert data["cache_breaks"][0]["cause"] == "fold_every_third"
+    console = Console(width=200, record=True)
+    for part in render(data):
+        console.print(part)
+    text = console.export_text()
+    assert "(estimate) →" in text and "(billed)" in text
+    assert "Cache breaks by rule" in text and "fold_every_third" in text
+    stats = httpx.get(proxy.url + "/stats").json()
+    assert stats["cache_breaks"][0]["cause"] == "fold_every_third"
+    assert stats["overall"]["est_cached_original"] > stats["overall"]["cached_tokens"]
+    metrics = httpx.get(proxy.url + "/metrics").text
+    assert 'context_engine_cost_usd_total{basis="estimate",cost="original",model="gpt-5"}' in metrics
+    assert 'context_engine_cache_breaks_total{cause="fold_every_third"}' in metrics
