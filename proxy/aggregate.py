@@ -54,11 +54,16 @@ def row_bill(row: dict[str, Any]) -> RowBill | None:
     cached, write = row.get("cached_tokens") or 0, row.get("cache_write_tokens") or 0
     out = (row.get("completion_tokens") or 0) * price.output
     actual = _input_cost(price, prompt, cached, write) + out
+    # the estimate counts with the proxy's tokenizer; the bill with the provider's
+    sent = row.get("tokens_sent") or 0
+    scale = prompt / sent if sent and row.get("prompt_tokens") is not None else 1.0
     est_read, est_write = row.get("est_cached_original"), row.get("est_write_original") or 0
+    if est_read is not None:
+        est_read, est_write = round(est_read * scale), round(est_write * scale)
     if row.get("arm") in ("shadow", "passthrough") or row.get("failed_open"):
         estimate = None if est_read is None else _input_cost(price, prompt, est_read, est_write) + out
         return RowBill(actual, actual, "billed", estimate)
-    saved = (row.get("tokens_original") or 0) - (row.get("tokens_sent") or 0)
+    saved = round(((row.get("tokens_original") or 0) - sent) * scale)
     if est_read is None:
         cached = min(cached, prompt)
         return RowBill((prompt + saved - cached) * price.input + cached * price.cached_input + out,

@@ -54,8 +54,20 @@ def has_mark(message: Any) -> bool:
     return isinstance(content, list) and any(isinstance(p, dict) and MARK in p for p in content)
 
 
+def canonical(value: Any) -> Any:
+    """``value`` without markers; a message whose content is one text part reads as
+    string content (providers render both the same)."""
+    value = strip_marks(value)
+    if isinstance(value, dict):
+        content = value.get("content")
+        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
+                and content[0].get("type") == "text" and set(content[0]) == {"type", "text"}:
+            value["content"] = content[0]["text"]
+    return value
+
+
 def digest(value: Any) -> bytes:
-    blob = json.dumps(strip_marks(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    blob = json.dumps(canonical(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(blob.encode("utf-8"), digest_size=16).digest()
 
 
