@@ -8,7 +8,8 @@ client's original request would have been billed sent directly:
   rules removed; its cache reads and writes are the counterfactual ones
   (``proxy/bill_estimate.py``: what the provider would have cached from the session's
   earlier original requests), not the rewrite's.
-- ``billed``: rows that sent the original (passthrough and shadow arms, failed open):
+- ``billed``: rows that sent the original (passthrough and shadow arms, ``bypass``:
+  ``X-Context-Engine-Rules: off``, failed open):
   the original's cost is the bill. Where these rows also carry an estimate, the two
   are compared (``check_*``): that is the estimate's error on real traffic.
 - ``assumed``: rows from before the estimate existed: the original is priced with the
@@ -60,7 +61,7 @@ def row_bill(row: dict[str, Any]) -> RowBill | None:
     est_read, est_write = row.get("est_cached_original"), row.get("est_write_original") or 0
     if est_read is not None:
         est_read, est_write = round(est_read * scale), round(est_write * scale)
-    if row.get("arm") in ("shadow", "passthrough") or row.get("failed_open"):
+    if row.get("arm") in ("shadow", "passthrough", "bypass") or row.get("failed_open"):
         estimate = None if est_read is None else _input_cost(price, prompt, est_read, est_write) + out
         return RowBill(actual, actual, "billed", estimate)
     saved = round(((row.get("tokens_original") or 0) - sent) * scale)
