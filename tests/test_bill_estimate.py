@@ -213,3 +213,13 @@ def test_report_stats_and_metrics_label_estimate_and_billed(start_proxy):
     metrics = httpx.get(proxy.url + "/metrics").text
     assert 'context_engine_cost_usd_total{basis="estimate",cost="original",model="gpt-5"}' in metrics
     assert 'context_engine_cache_breaks_total{cause="fold_every_third"}' in metrics
+
+
+def test_a_provider_that_misses_a_kept_prefix_is_reported(start_proxy):
+    usage = {"prompt_tokens": 5000, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 0}}
+    with ServerThread(_odd_usage_upstream(usage)) as up:
+        proxy = start_proxy(upstream=up.url + "/v1")
+        rows = _send(proxy, conversation(4, "miss"), "miss")
+    assert rows[0]["provider_missed_tokens"] == 0  # nothing was kept yet
+    assert all(r["provider_missed_tokens"] >= 1024 for r in rows[2:])
+    assert overall(rows).provider_misses >= 2
