@@ -12,8 +12,12 @@
   expected from what the proxy kept (at least 1,024 tokens).
 - Bad input (breakpoints on unknown part types, more than 4 breakpoints) is noted.
 
-State per session is small (two bounded caches of digests, the last signature and one
-digest per stage), sessions are evicted least recently used first.
+State per session: two caches of prefix digests (a session of n messages holds about n
+entries in each, at most ``max_entries``), the last sent signature and one digest per
+rule. Sessions are evicted least recently used first; the worst case is about
+``max_sessions`` × 2 × ``max_entries`` entries of ~150 bytes (~300 MB), a typical
+session a few hundred KB at most. The work (one JSON dump and hash per message) runs
+on the event loop after the response has been relayed, never before forwarding.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from proxy import cache_model
 from proxy.cache_model import PrefixCache
-from proxy.prefix import MARK, Signature, digest, shared_segments, signature
+from proxy.prefix import MARK, SegmentCache, Signature, digest, shared_segments, signature
 from proxy.pricing import price_for
 from proxy.tokens import counter_for_model
 
@@ -68,15 +72,18 @@ def input_notes(messages: list[Any], tools: list[Any] | None) -> list[str]:
 
 
 class BillEstimator:
-    def __init__(self, max_sessions: int = 4096) -> None:
+    def __init__(self, max_sessions: int = 1024, max_entries: int = 1024) -> None:
         self.max_sessions = max_sessions
+        self.max_entries = max_entries
         self.sessions: OrderedDict[str, SessionState] = OrderedDict()
+        self.segments = SegmentCache()
 
     def _state(self, session: str, kind: str) -> SessionState:
         st = self.sessions.get(session)
         if st is None or st.kind != kind:
             ttl = cache_model.TTL[kind]
-            st = self.sessions[session] = SessionState(kind, PrefixCache(ttl), PrefixCache(ttl))
+            st = self.sessions[session] = SessionState(kind, PrefixCache(ttl, self.max_entries),
+                                                       PrefixCache(ttl, self.max_entries))
         self.sessions.move_to_end(session)
         while len(self.sessions) > self.max_sessions:
             self.sessions.popitem(last=False)
@@ -96,13 +103,13 @@ class BillEstimator:
         counter, _ = counter_for_model(row.model)
         memo: dict[int, tuple[bytes, int]] = {}
         now = row.ts
-        orig_sig = signature(original, tools, counter, memo)
+        orig_sig = signature(original, tools, counter, memo, self.segments)
         est = cache_model.use(kind, orig_sig, st.original, now, row.model)
         row.est_cached_original, row.est_write_original = est.read, est.write
         result = rewrite.result if rewrite is not None else None
         rewritten = result is not None and row.arm == "rewrite" and not result.failed_open
         sent = result.ctx.messages if rewritten else original
-        sent_sig = orig_sig if sent is original else signature(sent, tools, counter, memo)
+        sent_sig = orig_sig if sent is original else signature(sent, tools, counter, memo, self.segments)
         expected = cache_model.use(kind, sent_sig, st.sent, now, row.model)
         row.est_cached_sent = expected.read
         if row.cached_tokens is not None and expected.read >= MISS_MIN and \

@@ -67,14 +67,47 @@ def canonical(value: Any) -> Any:
 
 
 def digest(value: Any) -> bytes:
-    blob = json.dumps(canonical(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, dict) and not has_mark(value) and not isinstance(value.get("content"), list):
+        plain = value  # nothing to canonicalise: skip the copy
+    else:
+        plain = canonical(value)
+    blob = json.dumps(plain, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(blob.encode("utf-8"), digest_size=16).digest()
 
 
+PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
+
+
+class SegmentCache:
+    """(digest, tokens) of plain messages (string content, no other keys) by content,
+    shared by every request: clients resend the whole history, so a request costs a
+    dict lookup per old message and a JSON dump and hash per new one. Bounded."""
+
+    def __init__(self, max_items: int = 50_000) -> None:
+        self.max_items = max_items
+        self.items: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+
+    def get(self, m: dict[str, Any], counter: TokenCounter) -> tuple[bytes, int]:
+        key = None
+        if isinstance(m.get("content"), (str, type(None))) and m.keys() <= PLAIN:
+            key = (counter.encoding, m.get("role"), m.get("content"), m.get("name"), m.get("tool_call_id"))
+            got = self.items.get(key)
+            if got is not None:
+                return got
+        got = (digest(m), counter.message(m))
+        if key is not None:
+            if len(self.items) >= self.max_items:
+                self.items.clear()
+            self.items[key] = got
+        return got
+
+
 def signature(messages: Iterable[Any], tools: list[Any] | None, counter: TokenCounter,
-              memo: dict[int, tuple[bytes, int]] | None = None) -> Signature:
+              memo: dict[int, tuple[bytes, int]] | None = None,
+              cache: SegmentCache | None = None) -> Signature:
     """The signature of a request. ``memo`` (keyed by ``id``) shares the work between
-    lists that hold the same message dicts, e.g. a request and its rewrite."""
+    lists that hold the same message dicts, e.g. a request and its rewrite; ``cache``
+    shares it between requests."""
     memo = {} if memo is None else memo
     running = hashlib.blake2b(digest_size=16)
     first = digest(tools or [])
@@ -86,7 +119,13 @@ def signature(messages: Iterable[Any], tools: list[Any] | None, counter: TokenCo
     for i, m in enumerate(messages, start=1):
         got = memo.get(id(m))
         if got is None:
-            got = memo[id(m)] = (digest(m), counter.message(m) if isinstance(m, dict) else 0)
+            if not isinstance(m, dict):
+                got = (digest(m), 0)
+            elif cache is not None:
+                got = cache.get(m, counter)
+            else:
+                got = (digest(m), counter.message(m))
+            memo[id(m)] = got
         running.update(got[0])
         digests.append(got[0])
         chain.append(running.digest())
