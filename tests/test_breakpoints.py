@@ -143,3 +143,61 @@ def test_auto_breakpoints_only_where_the_client_set_none():
     client[5] = {**client[5], MARK: CC}
     got, moves = restore(client, list(client), auto=True)
     assert moves.added == 0 and marked(got) == {(5, "msg"): CC}
+
+
+def _naive_where(msgs, out):
+    """Per original message, the output index of an equal message (markers aside), in order."""
+    where, floor = [], -1
+    for m in msgs:
+        hit = next((k for k in range(floor + 1, len(out)) if canonical(out[k]) == canonical(m)), None)
+        if hit is not None:
+            floor = hit
+        where.append(hit)
+    return where
+
+
+@st.composite
+def agent_conversation(draw):
+    """Tool calls with JSON results (tool_json compacts them), repeated calls and
+    acknowledgements (fold_duplicates folds them), markers on random blocks."""
+    msgs = [{"role": "system", "content": [{"type": "text", "text": "You are an agent."}]}]
+    n = draw(st.integers(3, 10))
+    for i in range(n):
+        msgs.append({"role": "user", "content": draw(st.sampled_from(["ok", "thanks", f"task {i}"]))})
+        q = draw(st.integers(0, 2))
+        call = {"id": f"c{i}", "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({"q": q})}}
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        rows = [{"id": k, "name": f"item {q}-{k}", "note": None, "tags": []} for k in range(6)]
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": json.dumps({"rows": rows}, indent=2)})
+    msgs.append({"role": "user", "content": [{"type": "text", "text": "And now?"}]})
+    for i in draw(st.lists(st.integers(0, len(msgs) - 1), max_size=5, unique=True)):
+        m = msgs[i]
+        if isinstance(m["content"], list):
+            m["content"][0][MARK] = {"type": "ephemeral", "ttl": str(i)}
+        else:
+            m[MARK] = {"type": "ephemeral", "ttl": str(i)}
+    return msgs
+
+
+@given(agent_conversation())
+def test_real_rules_never_move_lose_or_add_a_breakpoint_against_the_rules(msgs):
+    import asyncio
+
+    from proxy.engine import Engine
+    from proxy.settings import load_settings
+    from proxy.store import MemoryStore
+
+    settings = load_settings(flags={"rules": "fold_duplicates,tool_json", "store": "memory://"},
+                             env={}, config_path="/dev/null")
+    engine = Engine(settings, store=MemoryStore())
+    try:
+        rw = asyncio.run(engine.rewrite({"model": "gpt-4o", "messages": msgs}, "bp"))
+    finally:
+        engine.close()
+    out = rw.result.ctx.messages
+    if out is msgs:
+        return  # nothing rewritten: the client's bytes go out
+    bare = [canonical(m) for m in out]
+    where = _naive_where(msgs, bare)
+    assert marked(out) == expected(msgs, bare, where)
