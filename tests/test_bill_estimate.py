@@ -58,7 +58,7 @@ class FoldEveryThird:
         cut = (max(0, len(m) - 5) // 6) * 6
         if cut == 0:
             return ctx
-        summary = {"role": "user", "content": f"[summary of {cut} messages]"}
+        summary = {"role": "assistant", "content": f"[summary of {cut} messages]"}
         return ctx.replace(messages=[m[0], summary] + list(m[1 + cut:]))
 
 
