@@ -38,6 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replay every request point of each case (conversations deduplicated)")
     parser.add_argument("--cache-ratio", type=float, default=0.1,
                         help="price of a cached input token relative to an uncached one")
+    parser.add_argument("--anthropic", action="store_true",
+                        help="replay: also bill each case as an Anthropic client would be billed "
+                             "(its own breakpoints on the system prompt and newest message; a second "
+                             "replay per case)")
     parser.add_argument("--last-n", type=int, default=12, help="N of the last_n baseline")
     parser.add_argument("--mask-keep", type=int, default=3,
                         help="tool outputs mask_observations leaves unmasked")
@@ -104,7 +108,8 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         for label, group in _groups(path.name, cases, args.by_dataset, args.by_category):
             start = time.perf_counter()
             if args.replay:
-                tallies = await run_replay(group, systems, counters[0], args.cache_ratio)
+                tallies = await run_replay(group, systems, counters[0], args.cache_ratio,
+                                           args.anthropic)
             else:
                 tallies = await run_single(group, systems, counters)
             report["files"][label] = {"cases": len(group), "systems": summarize(tallies)}

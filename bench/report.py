@@ -55,9 +55,10 @@ def single_table(file: str, result: dict[str, Any]) -> Table:
 def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table:
     title = f"{file}: replay of {result['cases']} cases, cache read at {cache_ratio}x"
     table = Table(title=escape(title))
+    kinds = sorted({k for s in result["systems"].values() for k in s["replay"].get("billing", {})})
     for name in ("system", "requests", "reduction", "prefix stable (mean)", "full prefix",
-                 "cost vs none", "invalid", "median ms", "p95 ms", "ms @20", "ms @200",
-                 "prefetch ms p50/p95"):
+                 "cost vs none", *[f"{k} billed vs direct (report gap)" for k in kinds],
+                 "invalid", "median ms", "p95 ms", "ms @20", "ms @200", "prefetch ms p50/p95"):
         table.add_column(name, justify="left" if name == "system" else "right")
     for name, s in result["systems"].items():
         r = s["replay"]
@@ -65,10 +66,19 @@ def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table
         table.add_row(escape(name), str(s["requests"]), _pct(s["reduction"].get(PRIMARY)),
                       _pct(r["prefix_stability_mean"]), _pct(r["full_prefix_share"]),
                       "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.3f}x",
+                      *[_billed(r.get("billing", {}).get(k)) for k in kinds],
                       str(s["invalid"]), _ms(s["latency_ms"]), _p95(s["latency_ms"]),
                       _ms(at["20"]), _ms(at["200"]),
                       f"{_ms(s.get('prefetch_latency_ms', {}))} / {_p95(s.get('prefetch_latency_ms', {}))}")
     return table
+
+
+def _billed(b: dict[str, Any] | None) -> str:
+    """The harness's cache-adjusted cost ratio and how far the report's saving is from it."""
+    if not b or b.get("cost_vs_direct") is None:
+        return "-"
+    gap = b.get("gap_points")
+    return f"{b['cost_vs_direct']:.3f}x ({'-' if gap is None else f'{gap:+.1f} pt'})"
 
 
 def rules_table(file: str, result: dict[str, Any]) -> Table | None:
@@ -127,8 +137,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"`{report['command']}`", "", f"engine = {', '.join(report['rules']) or 'no rules'}",
              ""]
     if report["mode"] == "replay":
-        lines += ["| file | system | reduction | prefix stable | cost vs none | median ms |",
-                  "|---|---|---:|---:|---:|---:|"]
+        lines += ["| file | system | reduction | prefix stable | cost vs none | OpenAI billed vs "
+                  "direct (report gap) | Anthropic billed vs direct (report gap) | median ms |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
     else:
         lines += ["| file | system | reduction | message tokens | tool-result tokens "
                   "| evidence retained | invalid | median ms |",
@@ -139,8 +150,10 @@ def markdown(report: dict[str, Any]) -> str:
             if report["mode"] == "replay":
                 r = s["replay"]
                 cost = "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.2f}x"
+                bills = r.get("billing", {})
                 lines.append(f"| {file} | {name} | {red} | {_pct(r['prefix_stability_mean'])} "
-                             f"| {cost} | {_ms(s['latency_ms'])} |")
+                             f"| {cost} | {_billed(bills.get('openai'))} "
+                             f"| {_billed(bills.get('anthropic'))} | {_ms(s['latency_ms'])} |")
             else:
                 msgs = _pct(s["reduction"].get("messages"))
                 tools = _pct(s["reduction"].get("tool_results"))

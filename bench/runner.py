@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from bench import billing
 from bench.cases import Case, request_points
 from bench.metrics import cache_cost, probe_retained, stable_prefix_tokens, visible_text
 from bench.tally import Tally
@@ -46,6 +47,7 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
                       cache_ratio: float) -> None:
     """Feed ``messages[:i + 1]`` for every request point ``i``, in order, to one session."""
     session = system.open("replay:" + case.id)
+    bill = billing.CaseBill("openai", case.id)
     prev: list[Any] | None = None
     for turn, i in enumerate(request_points(case.messages), start=1):
         request = case.messages[: i + 1]
@@ -56,15 +58,19 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
         stable, full = stable_prefix_tokens(counter, prev, out.messages, case.tools, case.tools)
         tally.add_replay(turn, out.ms, stable, total, None if prev is None else full,
                          cache_cost(stable, total, cache_ratio))
+        bill.add(request, case.tools, out, counter.request(request, case.tools), total)
         prev = out.messages
+    tally.add_bill(bill)
 
 
 async def run_replay(cases: Sequence[Case], systems: Sequence[Any], counter: TokenCounter,
-                     cache_ratio: float) -> dict[str, Tally]:
+                     cache_ratio: float, anthropic: bool = False) -> dict[str, Tally]:
     tallies = {s.name: Tally() for s in systems}
     for case in cases:
         for system in systems:
             await replay_case(case, system, counter, tallies[system.name], cache_ratio)
+            if anthropic:  # a second replay by a client that sets Anthropic breakpoints
+                await billing.replay_anthropic(case, system, counter, tallies[system.name])
     return tallies
 
 

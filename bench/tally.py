@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.billing import BillTotals, CaseBill
 from bench.metrics import length_bucket, median, percentile, ratio
 from bench.systems import Outcome
 
@@ -39,6 +40,7 @@ class Tally:
     prefix_points: int = 0
     cost: float = 0.0
     ms_by_turn: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    bills: dict[str, BillTotals] = field(default_factory=dict)  # per billing model
 
     def add(self, case_id: str, n_messages: int, before: dict[str, int], after: dict[str, int],
             out: Outcome) -> None:
@@ -86,6 +88,9 @@ class Tally:
         if turn in TURNS:
             self.ms_by_turn[turn].append(ms)
 
+    def add_bill(self, bill: CaseBill) -> None:
+        self.bills.setdefault(bill.kind, BillTotals()).add(bill)
+
     def summary(self, none: Tally | None = None) -> dict[str, Any]:
         enc = list(self.tokens_before)
         out: dict[str, Any] = {
@@ -120,6 +125,7 @@ class Tally:
                 "cost": round(self.cost, 1),
                 "cost_vs_none": _round(ratio(self.cost, none.cost)) if none else None,
                 "latency_ms_at_turn": {str(t): _latency(self.ms_by_turn.get(t, [])) for t in TURNS},
+                "billing": {k: b.summary() for k, b in sorted(self.bills.items())},
             }
         return out
 

@@ -1,9 +1,20 @@
 """Aggregations of ledger rows, shared by ``report``, ``/stats`` and the dashboard.
 
-Costs: each row's actual input is what the upstream billed (``usage``); the original
-input is that plus the tokens the rules removed. Cached tokens are priced at the
-model's cached rate in both, so the comparison assumes the provider would have cached
-the same tokens without the proxy — the shadow and A/B modes measure that instead.
+Costs (litellm's price map): the *actual* cost is what the upstream billed (``usage``:
+prompt, cache reads, cache writes, completion). The *original* cost is what the
+client's original request would have been billed sent directly:
+
+- ``estimate``: rewritten rows. Its input is the billed prompt plus the tokens the
+  rules removed; its cache reads and writes are the counterfactual ones
+  (``proxy/bill_estimate.py``: what the provider would have cached from the session's
+  earlier original requests), not the rewrite's.
+- ``billed``: rows that sent the original (passthrough and shadow arms, ``bypass``:
+  ``X-Context-Engine-Rules: off``, failed open):
+  the original's cost is the bill. Where these rows also carry an estimate, the two
+  are compared (``check_*``): that is the estimate's error on real traffic.
+- ``assumed``: rows from before the estimate existed: the original is priced with the
+  rewrite's cached tokens (this overstates the saving where caching works).
+
 Rows without upstream usage fall back to the proxy's own counts.
 """
 
@@ -14,23 +25,57 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-from proxy.pricing import price_for
+from proxy.pricing import Price, price_for
+
+BASES = ("estimate", "billed", "assumed")
+
+
+@dataclass(frozen=True)
+class RowBill:
+    original: float
+    actual: float
+    basis: str  # one of BASES
+    original_estimate: float | None = None  # the estimate where the original was sent
+
+
+def _input_cost(price: Price, prompt: int, cached: int, write: int) -> float:
+    cached = max(0, min(cached, prompt))
+    write = max(0, min(write, prompt - cached))
+    return (prompt - cached - write) * price.input + cached * price.cached_input + write * price.cache_write
+
+
+def row_bill(row: dict[str, Any]) -> RowBill | None:
+    """The original and actual cost of one ledger row, or None if the model has no price."""
+    price = price_for(row.get("model") or "")
+    if price is None:
+        return None
+    prompt = row.get("prompt_tokens")
+    if prompt is None:
+        prompt = row.get("tokens_sent") or 0
+    cached, write = row.get("cached_tokens") or 0, row.get("cache_write_tokens") or 0
+    out = (row.get("completion_tokens") or 0) * price.output
+    actual = _input_cost(price, prompt, cached, write) + out
+    # the estimate counts with the proxy's tokenizer; the bill with the provider's
+    sent = row.get("tokens_sent") or 0
+    scale = prompt / sent if sent and row.get("prompt_tokens") is not None else 1.0
+    est_read, est_write = row.get("est_cached_original"), row.get("est_write_original") or 0
+    if est_read is not None:
+        est_read, est_write = round(est_read * scale), round(est_write * scale)
+    if row.get("arm") in ("shadow", "passthrough", "bypass") or row.get("failed_open"):
+        estimate = None if est_read is None else _input_cost(price, prompt, est_read, est_write) + out
+        return RowBill(actual, actual, "billed", estimate)
+    saved = round(((row.get("tokens_original") or 0) - sent) * scale)
+    if est_read is None:
+        cached = min(cached, prompt)
+        return RowBill((prompt + saved - cached) * price.input + cached * price.cached_input + out,
+                       actual, "assumed")
+    return RowBill(_input_cost(price, prompt + saved, est_read, est_write) + out, actual, "estimate")
 
 
 def row_costs(row: dict[str, Any]) -> tuple[float, float] | None:
     """(original, actual) cost of one ledger row, or None if the model has no price."""
-    price = price_for(row.get("model") or "")
-    if price is None:
-        return None
-    saved = 0 if row.get("arm") == "shadow" else (row.get("tokens_original") or 0) - (row.get("tokens_sent") or 0)
-    prompt = row.get("prompt_tokens")
-    if prompt is None:
-        prompt = row.get("tokens_sent") or 0
-    cached = min(row.get("cached_tokens") or 0, prompt)
-    out = (row.get("completion_tokens") or 0) * price.output
-    actual = (prompt - cached) * price.input + cached * price.cached_input + out
-    original = (prompt + saved - cached) * price.input + cached * price.cached_input + out
-    return original, actual
+    bill = row_bill(row)
+    return None if bill is None else (bill.original, bill.actual)
 
 
 @dataclass
@@ -49,10 +94,30 @@ class Totals:
     failed_open: int = 0
     errors: int = 0
     proxy_ms_total: float = 0.0
+    cache_write_tokens: int = 0
+    est_cached_original: int = 0  # counterfactual cache reads of the originals
+    original_estimate: int = 0  # rows whose original cost is the estimate
+    original_billed: int = 0  # … is the bill (the original was sent)
+    original_assumed: int = 0  # … assumes the rewrite's cache hits (old rows)
+    check_requests: int = 0  # rows that sent the original and carry an estimate
+    check_estimate: float = 0.0
+    check_billed: float = 0.0
+    prefix_kept_tokens: int = 0
+    cache_breaks: int = 0
+    provider_misses: int = 0
+    provider_missed_tokens: int = 0
+    cache_notes: int = 0  # rows with bad cache input (markers, usage) noted
 
     @property
     def saving_pct(self) -> float:
         return 100.0 * (1 - self.cost_actual / self.cost_original) if self.cost_original else 0.0
+
+    @property
+    def check_error_pct(self) -> float | None:
+        """How far the estimate was from the bill where the original was sent (%)."""
+        if not self.check_billed:
+            return None
+        return 100.0 * (self.check_estimate / self.check_billed - 1)
 
     @property
     def token_saving_pct(self) -> float:
@@ -71,18 +136,39 @@ class Totals:
         self.failed_open += 1 if row.get("failed_open") else 0
         self.errors += 1 if (row.get("status") or 0) >= 400 else 0
         self.proxy_ms_total += row.get("proxy_ms") or 0.0
-        costs = row_costs(row)
-        if costs is None:
+        self.cache_write_tokens += row.get("cache_write_tokens") or 0
+        self.est_cached_original += row.get("est_cached_original") or 0
+        self.prefix_kept_tokens += row.get("prefix_kept_tokens") or 0
+        self.cache_breaks += row.get("prefix_break_index") is not None
+        self.provider_misses += bool(row.get("provider_missed_tokens"))
+        self.provider_missed_tokens += row.get("provider_missed_tokens") or 0
+        self.cache_notes += bool(row.get("cache_notes"))
+        bill = row_bill(row)
+        if bill is None:
             self.priced = False
-        else:
-            self.cost_original += costs[0]
-            self.cost_actual += costs[1]
+            return
+        self.cost_original += bill.original
+        self.cost_actual += bill.actual
+        setattr(self, "original_" + bill.basis, getattr(self, "original_" + bill.basis) + 1)
+        if bill.original_estimate is not None:
+            self.check_requests += 1
+            self.check_estimate += bill.original_estimate
+            self.check_billed += bill.actual
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["saving_pct"] = round(self.saving_pct, 3)
         d["token_saving_pct"] = round(self.token_saving_pct, 3)
+        err = self.check_error_pct
+        d["check_error_pct"] = None if err is None else round(err, 3)
+        d["cost_original_basis"] = self.basis
         return d
+
+    @property
+    def basis(self) -> str:
+        """How the original cost was found: estimate, billed, assumed, or mixed."""
+        used = [b for b in BASES if getattr(self, "original_" + b)]
+        return used[0] if len(used) == 1 else ("mixed" if used else "-")
 
 
 def _day(row: dict[str, Any]) -> str:
@@ -153,6 +239,21 @@ def by_rule(rows: Iterable[dict[str, Any]]) -> list[RuleTotals]:
                 t.saved += saved
             t.fired += saved > 0
     return [out[k] for k in sorted(out)]
+
+
+def cache_breaks(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Requests whose sent prefix broke against the session's previous one, by cause
+    (``client``, a rule name, ``failed_open``), with the tokens sent after the break."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row.get("prefix_break_index") is None:
+            continue
+        cause = row.get("prefix_break_rule") or "unattributed"
+        t = out.setdefault(cause, {"cause": cause, "breaks": 0, "tokens_after_break": 0})
+        t["breaks"] += 1
+        sent = row.get("prompt_tokens") or row.get("tokens_sent") or 0
+        t["tokens_after_break"] += max(0, sent - (row.get("prefix_kept_tokens") or 0))
+    return sorted(out.values(), key=lambda t: (-t["breaks"], t["cause"]))
 
 
 def slowest(rows: Iterable[dict[str, Any]], n: int = 10) -> list[dict[str, Any]]:

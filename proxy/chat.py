@@ -15,10 +15,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy import modes
+from proxy import modes, profiles
 from proxy.adapters import CHAT, Adapter, Parsed
 from proxy.engine import Engine, Rewrite
-from proxy.errors import BodyTooLarge, ProxyError
+from proxy.errors import BadRequest, BodyTooLarge, ProxyError
 from proxy.finish import Finisher, fill_from_rewrite
 from proxy.ledger import LedgerRow
 from proxy.relay import relay
@@ -61,9 +61,13 @@ class ChatCompletions:
             mode = modes.resolve(request.headers, self.settings.mode)
         except ProxyError as exc:
             return self._error(exc)
+        try:
+            choice = profiles.rules_choice(request.headers)
+        except ValueError as exc:
+            return self._error(BadRequest(str(exc), param=profiles.HEADER))
         self.finisher.begin()
         try:
-            row, rewrite, out = await self._prepare(request, body, raw, mode)
+            row, rewrite, out = await self._prepare(request, body, raw, mode, choice)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
@@ -95,8 +99,8 @@ class ChatCompletions:
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
         return await relay(r, started, extra, done, buffer=True)
 
-    async def _prepare(self, request: Request, body: Parsed, raw: bytes,
-                       mode: str) -> tuple[LedgerRow, Rewrite | None, bytes]:
+    async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
+                       choice: str | None = None) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
@@ -104,13 +108,18 @@ class ChatCompletions:
                         path=request.url.path, stream=body.stream, api=self.adapter.name)
         row.context.update(body.notes)
         rewrite = None
-        if arm == "rewrite" and body.rewritable:
-            rewrite = await self._rewrite(body.chat, sid)
+        if arm == "rewrite" and body.rewritable and choice != "off":
+            rewrite = await self._rewrite(body.chat, sid, choice)
             fill_from_rewrite(row, rewrite)
-        else:  # shadow/ab-control arms, and bodies the rules cannot handle (lone surrogates)
+        else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
+            if arm == "rewrite" and choice == "off":
+                row.arm = "bypass"
             row.tokens_original = row.tokens_sent = self.engine.count(body.chat)
         out = raw if rewrite is None or not rewrite.result.changed else self._splice(
             body, rewrite, row, raw)
+        if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
+                and "prompt_cache_key" not in body.data):
+            out = profiles.add_prompt_cache_key(out, sid)
         return row, rewrite, out
 
     def _error(self, exc: ProxyError) -> Response:
@@ -126,9 +135,9 @@ class ChatCompletions:
             row.failed_open, row.tokens_sent, row.rule_savings = True, row.tokens_original, {}
             return raw
 
-    async def _rewrite(self, body: dict[str, Any], sid: str) -> Rewrite | None:
+    async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None) -> Rewrite | None:
         try:
-            return await self.engine.rewrite_off_loop(body, sid)
+            return await self.engine.rewrite_off_loop(body, sid, choice)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

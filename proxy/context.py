@@ -24,6 +24,8 @@ class JournalEntry:
     ms: float
     note: str = ""
     error: str = ""
+    # the rule's output messages (prefix diagnostics find the rule that broke a prefix)
+    output: Any = field(default=None, repr=False, compare=False)
 
     @property
     def saved(self) -> int:

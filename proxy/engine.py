@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from proxy import profiles
+from proxy.breakpoints import restore
 from proxy.context import RequestContext
 from proxy.lanes import BackgroundLane, LaneClosed, RequestLane
 from proxy.pipeline import Pipeline, PipelineResult, PipelineStats
@@ -39,6 +41,10 @@ class Engine:
         self.stats = PipelineStats()
         self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps),
                                  self.stats)
+        # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
+        self.pipelines = {"default": self.pipeline, "off": Pipeline([], self.stats)} | ({} if rules is not None else {
+            name: Pipeline(build_rules(s, self.deps), self.stats)
+            for name, s in profiles.variants(settings).items()})
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)
         # Rules are CPU work: the server runs them off its event loop (``proxy.lanes``), one
@@ -49,26 +55,30 @@ class Engine:
         self.requests = RequestLane(workers, settings.rules_queue)
         self.background = BackgroundLane(settings.rules_queue, self.requests)
         self.deadline_s = settings.rules_deadline_ms / 1000 if settings.rules_deadline_ms > 0 else None
-        self._prefetchers = [r for r in self.pipeline.rules if callable(getattr(r, "prefetch", None))]
+        self._prefetchers = [r for p in self.pipelines.values() for r in p.rules
+                             if callable(getattr(r, "prefetch", None))]
         self._prefetch_queued = threading.Event()
         self._worker_loop = threading.local()
-        if self.pipeline.rules:
+        if any(p.rules for p in self.pipelines.values()):
             limit_blas_threads(1)
 
-    def _rewrite_in_worker(self, body: dict[str, Any], session_id: str) -> Rewrite:
+    def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
+                           choice: str | None = None) -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(self.rewrite(body, session_id))
+        return loop.run_until_complete(self.rewrite(body, session_id, choice))
 
-    async def rewrite_off_loop(self, body: dict[str, Any], session_id: str) -> Rewrite:
+    async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
+                               choice: str | None = None) -> Rewrite:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
         rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
         (queueing included), or when the lane is full, the original goes out, counted
         as failed open; a rewrite that has not started by then is skipped."""
-        if not self.pipeline.rules:
-            return await self.rewrite(body, session_id)
-        job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body, session_id))
+        if not any(p.rules for p in self.pipelines.values()):
+            return await self.rewrite(body, session_id, choice)
+        job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
+                                                                 session_id, choice))
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
@@ -168,10 +178,21 @@ class Engine:
                                 original_messages=ctx.messages)
         return Rewrite(result, counter.encoding, fallback)
 
-    async def rewrite(self, body: dict[str, Any], session_id: str) -> Rewrite:
-        """Run the pipeline over a parsed chat-completions body (not mutated)."""
+    async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None) -> Rewrite:
+        """Run the pipeline over a parsed chat-completions body (not mutated): the model's
+        profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
+        are then put back (``proxy/breakpoints.py``)."""
         ctx, counter, fallback = self._context(body, session_id)
-        result = await self.pipeline.run(ctx, counter)
+        pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
+        result = await pipeline.run(ctx, counter)
+        auto = self.settings.cache.auto_breakpoints
+        if (result.changed or auto) and not result.failed_open:
+            opts = self.settings.rule_options.get("retrieve", {})
+            sent = result.ctx.messages if result.changed else list(result.ctx.messages)
+            marked, _ = restore(body["messages"], sent, auto,
+                                int(opts.get("window", 4)), int(opts.get("block", 4)))
+            if marked is not sent:
+                result.ctx = result.ctx.replace(messages=marked)
         return Rewrite(result, counter.encoding, fallback)
 
 

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
+from proxy.bill_estimate import BillEstimator
 from proxy.context_metrics import Oscillation, data_segments, tool_retries, utilization
 from proxy.engine import Engine, Rewrite
 from proxy.ledger import Ledger, LedgerRow
@@ -48,6 +49,7 @@ class Finisher:
         self.ledger = ledger
         self.metrics = metrics
         self.oscillation = Oscillation()
+        self.bill = BillEstimator()
         self.pending: set[asyncio.Task[None]] = set()
         self.skipped_shadow = 0
         self.shadow_backlog = 0
@@ -88,6 +90,10 @@ class Finisher:
             row.tool_retries = tool_retries(data["messages"])
         except Exception:  # the edge: metrics never lose the ledger row
             log.exception("finishing a request failed")
+        try:
+            self.bill.observe(row, data, rewrite, usage.notes)
+        except Exception:  # the edge: the estimate never loses the ledger row
+            log.exception("estimating the bill failed")
         try:
             if self.ledger is not None:
                 self.ledger.record(row)

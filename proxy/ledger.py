@@ -67,6 +67,17 @@ class LedgerRow:
     utilization: float | None = None
     oscillation: float | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    # the honest bill (proxy/bill_estimate.py): billed cache writes, the counterfactual
+    # cache use of the original request, prefix diagnostics, bad cache input
+    billing: str = ""
+    est_cached_original: int | None = None
+    est_write_original: int | None = None
+    est_cached_sent: int | None = None
+    prefix_kept_tokens: int | None = None
+    prefix_break_index: int | None = None
+    prefix_break_rule: str = ""
+    provider_missed_tokens: int = 0
+    cache_notes: str = ""
     ts: float = field(default_factory=time.time)
     api: str = "chat"  # chat | responses | anthropic (the wire format)
     cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from proxy.bill_metrics import BillMetrics
 from proxy.ledger import LedgerRow
 from proxy.sanitize import clean_text
 
@@ -70,6 +71,7 @@ class Metrics:
         self.oscillation = Histogram("context_engine_context_oscillation",
                                      "Share of injected snippets changed from the previous turn",
                                      buckets=SHARE_BUCKETS, registry=r)
+        self.bill = BillMetrics(r)
 
     def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge read when /metrics is scraped (ledger drops, shadow skips, store state)."""
@@ -98,6 +100,7 @@ class Metrics:
             self.utilization.observe(row.utilization)
         if row.oscillation is not None:
             self.oscillation.observe(row.oscillation)
+        self.bill.observe(row)
 
     def render(self) -> Any:
         return generate_latest(self.registry)

@@ -85,7 +85,8 @@ class Pipeline:
             ms = (time.perf_counter() - start) * 1000
             after = tokens if nxt.messages is current.messages else counter.request(nxt.messages, nxt.tools)
             note = nxt.notes.get(rule.name, "")
-            journal.append(JournalEntry(rule.name, tokens, after, ms, note=_short(note)))
+            journal.append(JournalEntry(rule.name, tokens, after, ms, note=_short(note),
+                                        output=nxt.messages))
             current, tokens = nxt, after
         result = PipelineResult(current, journal, tokens_before, tokens, original_messages=original)
         if current.messages is not original:

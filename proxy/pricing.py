@@ -43,6 +43,17 @@ class Price:
     input: float
     cached_input: float
     output: float
+    cache_write: float = 0.0  # per cache-write token (Anthropic: 1.25x input); input if unknown
+    provider: str = ""  # litellm_provider: "openai", "anthropic", …
+
+    @property
+    def caching(self) -> str:
+        """The caching model of the provider: ``anthropic`` (explicit breakpoints, paid
+        writes) or ``openai`` (automatic prefix caching, free writes)."""
+        return "anthropic" if self.provider in ANTHROPIC_PROVIDERS else "openai"
+
+
+ANTHROPIC_PROVIDERS = frozenset({"anthropic", "bedrock_converse", "vertex_ai-anthropic_models"})
 
 
 def price_for(model: str) -> Price | None:
@@ -52,8 +63,13 @@ def price_for(model: str) -> Price | None:
         return None
     inp = float(info.get("input_cost_per_token") or 0.0)
     cached = info.get("cache_read_input_token_cost")
+    write = info.get("cache_creation_input_token_cost")
+    provider = str(info.get("litellm_provider") or "")
+    if provider == "bedrock" and "claude" in model:
+        provider = "bedrock_converse"
     return Price(inp, float(cached) if cached is not None else inp,
-                 float(info.get("output_cost_per_token") or 0.0))
+                 float(info.get("output_cost_per_token") or 0.0),
+                 float(write) if write is not None else inp, provider)
 
 
 def context_window(model: str) -> int | None:

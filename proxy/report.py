@@ -1,7 +1,9 @@
 """``context-engine report``: the bill before and after, from the ledger.
 
 ``--by model|rule|session|day|api``, ``--format table|json|csv``; the A/B comparison is
-added when the ledger holds ``ab`` rows. See ``proxy/aggregate.py`` for the cost model.
+added when the ledger holds ``ab`` rows. See ``proxy/aggregate.py`` for the cost model:
+the original cost is an *estimate* (counterfactual cache use) or *billed*; the actual
+cost is always *billed*.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from proxy import ab_compare
-from proxy.aggregate import Totals, by_rule, overall, totals_by
+from proxy.aggregate import Totals, by_rule, cache_breaks, overall, totals_by
 
 BY = ("model", "rule", "session", "day")
 FORMATS = ("table", "json", "csv")
@@ -46,6 +48,7 @@ def build(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
         "by": by,
         "overall": total.as_dict(),
         "failed_open_share": total.failed_open / total.requests if total.requests else 0.0,
+        "cache_breaks": cache_breaks(rows),
     }
     if by == "rule":
         data["rows"] = [r.as_dict() for r in by_rule(rows)]
@@ -73,7 +76,28 @@ def to_json(data: dict[str, Any]) -> str:
 def _money(t: dict[str, Any]) -> str:
     if not t["priced"]:
         return "no price"
-    return f"${t['cost_original']:.4f} → ${t['cost_actual']:.4f}"
+    return f"${t['cost_original']:.4f} ({t['cost_original_basis']}) → ${t['cost_actual']:.4f} (billed)"
+
+
+def _bill_lines(o: dict[str, Any]) -> list[str]:
+    """How the original was priced, the estimate's own check, misses and bad input."""
+    lines = [f"original cost: {o['original_estimate']} requests estimated (what the original would "
+             f"have cached), {o['original_billed']} billed (the original was sent)"
+             + (f", {o['original_assumed']} assumed from the rewrite's cache hits (older rows)"
+                if o["original_assumed"] else "")]
+    if o["check_requests"]:
+        lines.append(f"estimate check: on {o['check_requests']} requests that sent the original, "
+                     f"the estimate was {o['check_error_pct']:+.1f}% off the bill")
+    if o["cache_breaks"] or o["prefix_kept_tokens"]:
+        lines.append(f"prefix: {o['prefix_kept_tokens']:,} tokens kept from each session's previous "
+                     f"request; {o['cache_breaks']} requests broke it (by cause below)")
+    if o["provider_misses"]:
+        lines.append(f"provider missed {o['provider_misses']} cache hits the proxy had preserved "
+                     f"({o['provider_missed_tokens']:,} tokens)")
+    if o["cache_notes"]:
+        lines.append(f"{o['cache_notes']} requests with odd cache input or usage (passed through; "
+                     f"see the ledger's cache_notes)")
+    return lines
 
 
 def render(data: dict[str, Any]) -> list[Any]:
@@ -104,15 +128,29 @@ def render(data: dict[str, Any]) -> list[Any]:
         f"cost {_money(o)} ({o['saving_pct']:.1f}% saved); failed open: "
         f"{100 * data['failed_open_share']:.2f}% of requests"
         + (f"; shadow rewrites would have saved {o['would_save']:,} tokens" if o["would_save"] else ""))]
+    lines += _bill_lines(o)
+    if data.get("cache_breaks"):
+        lines.append(_breaks_table(data["cache_breaks"]))
     if "ab" in data:
         lines.append(_ab_table(data["ab"]))
     return lines
 
 
+def _breaks_table(breaks: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="Cache breaks by rule (the sent prefix changed against the session's previous request)")
+    for col in ("cause", "requests", "tokens sent after the break"):
+        table.add_column(col, justify="left" if col == "cause" else "right")
+    for b in breaks:
+        table.add_row(b["cause"], str(b["breaks"]), f"{b['tokens_after_break']:,}")
+    return table
+
+
 def _ab_table(ab: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    table = Table(title="A/B: what the provider billed, per arm (sessions are the unit)")
+    table = Table(title="A/B: what the provider billed, per arm (sessions are the unit; measured)")
     for col in ("arm", "sessions", "requests", "$/request", "prompt tok/request", "errors",
                 "length/filter", "turns/session", "tool retries/request"):
         table.add_column(col, justify="left" if col == "arm" else "right")

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from proxy.profiles import CacheOptions, Profile, parse_cache, parse_profiles
 from rules import DEFAULT_RULES, REGISTRY
 
 MODES = ("rewrite", "shadow", "ab")
@@ -62,9 +63,14 @@ class Settings:
     rules: tuple[str, ...] = field(default=(), metadata={"help": "enabled rules, in run order"})
     rule_options: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict, metadata={"help": "per-rule options"})
+    cache: CacheOptions = field(default_factory=CacheOptions,
+                                metadata={"help": "prompt_cache_key, auto_breakpoints (proxy/profiles.py)"})
+    profiles: tuple[Profile, ...] = field(
+        default=(), metadata={"help": "model-name globs → rules and option overrides"})
 
 
-SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings) if f.name not in ("rules", "rule_options")]
+SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings)
+               if f.name not in ("rules", "rule_options", "cache", "profiles")]
 ALL_KEYS = [f.name for f in dataclasses.fields(Settings)]
 
 
@@ -190,6 +196,9 @@ def load_settings(
             raise ConfigError(f"rule_options.{name}: expected a mapping of options")
         build_rule_config(str(name), opts or {})
     out["rule_options"] = {str(k): dict(v or {}) for k, v in options.items()}
+    out["cache"] = parse_cache(values.get("cache"), ConfigError)
+    out["profiles"] = parse_profiles(values.get("profiles"), out["rule_options"], ConfigError,
+                                     parse_rules, build_rule_config)
     settings = Settings(**out)
     _check(settings)
     return settings

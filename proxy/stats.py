@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from proxy import ab_compare
-from proxy.aggregate import by_rule, overall, slowest, totals_by
+from proxy.aggregate import by_rule, cache_breaks, overall, slowest, totals_by
 from proxy.ledger import Ledger, read_rows
 
 FLUSH_WAIT = 1.0  # seconds /stats waits for queued rows; it never blocks longer
@@ -29,6 +29,7 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
         "by_model": [t.as_dict() for t in totals_by(rows, "model")],
         "by_api": [t.as_dict() for t in totals_by(rows, "api")],
         "by_rule": [r.as_dict() for r in by_rule(rows)],
+        "cache_breaks": cache_breaks(rows),
         "over_time": {"bucket": "hour" if span <= 3 * 86400 else "day",
                       "rows": [t.as_dict() for t in totals_by(rows, "hour" if span <= 3 * 86400 else "day")]},
         "ab": ab_compare.compare(rows) if any(r.get("mode") == "ab" for r in rows) else None,

@@ -32,6 +32,7 @@ class Usage:
     finish_reason: str | None = None
     text_parts: list[str] = field(default_factory=list)
     cache_write_tokens: int | None = None
+    notes: list[str] = field(default_factory=list)  # malformed usage, kept for the ledger
 
     @property
     def text(self) -> str:
@@ -109,10 +110,9 @@ class Usage:
     def _chat(self, obj: dict[str, Any]) -> None:
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            self.prompt_tokens = _int(usage.get("prompt_tokens"))
-            self.completion_tokens = _int(usage.get("completion_tokens"))
-            details = usage.get("prompt_tokens_details") or {}
-            self.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+            self._usage(usage)
+        elif usage is not None:
+            self._note(f"usage is a {type(usage).__name__}, not an object")
         for choice in obj.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
@@ -120,6 +120,41 @@ class Usage:
                 self.finish_reason = str(choice["finish_reason"])
             part = choice.get("delta") or choice.get("message") or {}
             self._text(part.get("content") if isinstance(part, dict) else None)
+
+    def _usage(self, usage: dict[str, Any]) -> None:
+        """OpenAI's fields, plus cache writes and reads as litellm and Anthropic's
+        OpenAI-compatible layer report them; bad values are noted and ignored."""
+        self.prompt_tokens = self._count(usage, "prompt_tokens")
+        self.completion_tokens = self._count(usage, "completion_tokens")
+        details = usage.get("prompt_tokens_details")
+        if details is not None and not isinstance(details, dict):
+            self._note("prompt_tokens_details is not an object")
+            details = None
+        details = details or {}
+        cached = self._count(details, "cached_tokens")
+        if cached is None:
+            cached = self._count(usage, "cache_read_input_tokens")
+        write = self._count(usage, "cache_creation_input_tokens")
+        if write is None:
+            write = self._count(details, "cache_write_tokens")
+        if self.prompt_tokens is not None and (cached or 0) + (write or 0) > self.prompt_tokens:
+            self._note(f"cached {cached} + written {write} > prompt_tokens {self.prompt_tokens}")
+            cached, write = min(cached or 0, self.prompt_tokens), None
+        self.cached_tokens, self.cache_write_tokens = cached, write
+
+    def _count(self, d: dict[str, Any], key: str) -> int | None:
+        v = d.get(key)
+        if v is None:
+            return None
+        n = _int(v)
+        if n is None or n < 0:
+            self._note(f"usage {key}={str(v)[:30]!r} is not a count")
+            return None
+        return n
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes and len(self.notes) < 5:
+            self.notes.append(text)
 
 
 def _int(v: Any) -> int | None:

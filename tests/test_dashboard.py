@@ -68,7 +68,9 @@ def seed_rows(now: float) -> list[LedgerRow]:
             journal=journal(("fold_duplicates", 12_000, 9_000), ("trim_tool_output", 9_000, 7_000))),
         row(29 * HOUR, session="s1", model="gpt-4o", tokens_original=15_000, tokens_sent=9_500,
             prompt_tokens=9_500, cached_tokens=6_000, proxy_ms=6.8, completion_tokens=300,
-            utilization=0.58, oscillation=0.25,
+            utilization=0.58, oscillation=0.25, est_cached_original=11_000, cache_write_tokens=500,
+            prefix_kept_tokens=6_500, prefix_break_index=4, prefix_break_rule="fold_duplicates",
+            provider_missed_tokens=1_500,
             journal=journal(("fold_duplicates", 15_000, 11_000), ("trim_tool_output", 11_000, 9_500))),
         row(20 * HOUR, session="s2", model="gpt-4o-mini", tokens_original=8_000, tokens_sent=6_000,
             prompt_tokens=6_000, cached_tokens=0, proxy_ms=2.1,
@@ -186,6 +188,8 @@ def check_headline(driver: Any, stats: dict[str, Any]) -> None:
     shown_as(read(driver, "cost-original"), o["cost_original"])
     shown_as(read(driver, "cost-actual"), o["cost_actual"])
     shown_as(read(driver, "cost-saved-pct"), o["saving_pct"])
+    assert number(read(driver, "cache-writes")) == o["cache_write_tokens"]
+    assert number(read(driver, "est-cached")) == o["est_cached_original"]
     shown_as(read(driver, "failed-open-share"), 100 * stats["failed_open_share"])
     shown_as(read(driver, "utilization"), 100 * stats["context"]["utilization_mean"])
     shown_as(read(driver, "oscillation"), 100 * stats["context"]["oscillation_mean"])
@@ -207,6 +211,14 @@ def test_dashboard_shows_the_ledger_numbers(browser: Any, dashboard_server: tupl
     assert read(browser, "would-save") == "5,000"  # the shadow row: 20,000 → 15,000, not sent
     assert read(browser, "failed-open-share") == "7.7%"  # 1 of 13
     assert read(browser, "utilization") == "50.0%"  # mean of 0.42 and 0.58
+
+    # The original cost is labelled; cache breaks by cause; provider misses.
+    assert stats["overall"]["cost_original_basis"] == "mixed"
+    assert read(browser, "cost-basis").lower() == "estimate"
+    breaks = browser.find_element(By.CSS_SELECTOR, '#breaks tr[data-cause="fold_duplicates"]')
+    assert breaks.find_element(By.CSS_SELECTOR, 'td[data-col="breaks"]').text == "1"
+    assert number(breaks.find_element(By.CSS_SELECTOR, 'td[data-col="tokens_after_break"]').text) == 3_000
+    assert "missed 1 cache hits" in read(browser, "provider-misses")
 
     # Per-rule table: one row per rule, with the journal's numbers.
     rules = {r["rule"]: r for r in stats["by_rule"]}

@@ -1,0 +1,219 @@
+"""The replay's bill: each provider's prompt caching simulated token by token, beside what
+the proxy's own report would say about the same requests.
+
+For every request point of a replay, per billing model (``openai``, ``anthropic``):
+
+- the *harness* renders the client's original request and the rewritten one as token
+  ids (tool schemas, then each message's role and content, one segment per content
+  part) and runs a provider cache simulator on each stream: OpenAI caches the longest
+  token prefix shared with an earlier request, from 1,024 tokens in 128-token steps;
+  Anthropic writes prefixes ending at ``cache_control`` breakpoints (1.25x) and reads
+  the longest one written earlier at a breakpoint or up to 20 blocks before it (0.1x).
+  direct = the originals' bill (the passthrough arm), billed = the rewrites' bill;
+- the *report* prices the same requests the way ``context-engine report`` does: a
+  ledger row with the simulator's usage for the rewrite (prompt, cache reads and
+  writes), the counterfactual estimate of ``proxy/bill_estimate.py`` for the original
+  (message granularity, the proxy's token counts) and ``aggregate.row_bill``.
+
+``report saving − harness saving`` is how far the report is from the bill. Input tokens
+only (the bench has no replies). Anthropic runs give the client breakpoints the way
+Claude Code places them: on the system prompt and on the newest message.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from proxy.aggregate import row_bill
+from proxy.bill_estimate import BillEstimator
+from proxy.ledger import LedgerRow
+from proxy.prefix import MARK, strip_marks
+from proxy.tokens import get_encoding
+
+MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
+KINDS = tuple(MODELS)
+MIN_TOKENS, STEP, LOOKBACK, HISTORY = 1024, 128, 20, 8
+SECONDS_PER_REQUEST = 10.0  # the estimator's clock: well inside the providers' cache TTL
+Segments = list[tuple[tuple[int, ...], bool]]  # (token ids, carries a breakpoint)
+
+
+@functools.lru_cache(maxsize=50_000)
+def _ids(text: str) -> tuple[int, ...]:
+    return tuple(get_encoding("o200k_base").encode_ordinary(text)) if text else ()
+
+
+def render(messages: list[Any], tools: list[Any] | None) -> Segments:
+    """A request as the provider tokenizes it, one segment per tool list, content part
+    and tool-call list; markers are not content (they only flag their segment)."""
+    segs: Segments = []
+    if tools:
+        segs.append((_ids(json.dumps(strip_marks(tools), sort_keys=True)), any(MARK in t for t in tools)))
+    for m in messages:
+        head = _ids(f"<|{m.get('role')}|>")
+        content = m.get("content")
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        first = len(segs)
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) else None
+            body = _ids(text) if isinstance(text, str) else _ids(json.dumps(strip_marks(part), sort_keys=True))
+            segs.append((head + body if len(segs) == first else body,
+                         isinstance(part, dict) and MARK in part))
+        if m.get("tool_calls") or m.get("tool_call_id"):
+            extra = json.dumps([m.get("tool_calls"), m.get("tool_call_id")])
+            segs.append((_ids(extra), False))
+        if MARK in m:  # a marker on the message itself flags its last segment
+            segs[-1] = (segs[-1][0], True)
+    return segs
+
+
+@dataclass
+class OpenAISim:
+    history: list[list[tuple[int, ...]]] = field(default_factory=list)
+
+    def bill(self, segs: Segments) -> tuple[int, int, int]:
+        cur = [s for s, _ in segs]
+        best = 0
+        for prev in self.history[-HISTORY:]:
+            n = 0
+            for a, b in zip(prev, cur):
+                if a == b:
+                    n += len(a)
+                    continue
+                for x, y in zip(a, b):
+                    if x != y:
+                        break
+                    n += 1
+                break
+            best = max(best, n)
+        self.history.append(cur)
+        total = sum(map(len, cur))
+        return total, min(total, 0 if best < MIN_TOKENS else best // STEP * STEP), 0
+
+
+@dataclass
+class AnthropicSim:
+    written: set[int] = field(default_factory=set)
+
+    def bill(self, segs: Segments) -> tuple[int, int, int]:
+        chain, ends, marks, h, total = [], [], [], 0, 0
+        for i, (ids, marked) in enumerate(segs):
+            h = hash((h, ids))
+            total += len(ids)
+            chain.append(h)
+            ends.append(total)
+            if marked:
+                marks.append(i)
+        if not marks or len(marks) > 4:
+            return total, 0, 0
+        read = 0
+        for b in marks:
+            for j in range(b, max(-1, b - LOOKBACK - 1), -1):
+                if chain[j] in self.written:
+                    read = max(read, ends[j])
+                    break
+        end = ends[marks[-1]]
+        write = end - read if end >= MIN_TOKENS and end > read else 0
+        self.written.update(chain[b] for b in marks if ends[b] >= MIN_TOKENS)
+        return total, read, write
+
+
+def with_client_breakpoints(messages: list[Any]) -> list[Any]:
+    """The request a Claude Code-like client sends: a breakpoint on the (last) system
+    prompt and on the newest message."""
+    out = [dict(m) for m in messages]
+    systems = [i for i, m in enumerate(out) if m.get("role") == "system"]
+    for i in {systems[-1] if systems else None, len(out) - 1} - {None}:
+        out[i][MARK] = {"type": "ephemeral"}  # type: ignore[index]
+    return out
+
+
+@dataclass
+class CaseBill:
+    """One replayed session under one billing model."""
+
+    kind: str
+    session: str
+    direct_sim: Any = None
+    proxy_sim: Any = None
+    estimator: BillEstimator = field(default_factory=BillEstimator)
+    direct: float = 0.0
+    billed: float = 0.0
+    report_original: float = 0.0
+    report_actual: float = 0.0
+    requests: int = 0
+
+    def __post_init__(self) -> None:
+        sim = OpenAISim if self.kind == "openai" else AnthropicSim
+        self.direct_sim, self.proxy_sim = sim(), sim()
+
+    def add(self, request: list[Any], tools: list[Any] | None, out: Any,
+            tokens_before: int, tokens_after: int) -> None:
+        model = MODELS[self.kind]
+        prompt, read, write = self.direct_sim.bill(render(request, tools))
+        direct = _usage_row(model, prompt, read, write)
+        prompt, read, write = self.proxy_sim.bill(render(out.messages, tools))
+        row = _usage_row(model, prompt, read, write)
+        row.session, row.arm, row.status = self.session, "rewrite", 200
+        row.tokens_original, row.tokens_sent = tokens_before, tokens_after
+        row.failed_open = bool(out.failed_open)
+        row.ts = self.requests * SECONDS_PER_REQUEST
+        result = SimpleNamespace(ctx=SimpleNamespace(messages=out.messages), journal=out.journal,
+                                 failed_open=out.failed_open)
+        body = {"messages": request, **({"tools": tools} if tools else {})}
+        self.estimator.observe(row, body, SimpleNamespace(result=result), [])
+        self.requests += 1
+        d, r = row_bill(vars(direct)), row_bill(vars(row))
+        assert d is not None and r is not None
+        self.direct += d.actual
+        self.billed += r.actual
+        self.report_original += r.original
+        self.report_actual += r.actual
+
+
+def _usage_row(model: str, prompt: int, read: int, write: int) -> LedgerRow:
+    return LedgerRow(model=model, prompt_tokens=prompt, cached_tokens=read, cache_write_tokens=write,
+                     completion_tokens=0, arm="passthrough", tokens_original=prompt, tokens_sent=prompt)
+
+
+@dataclass
+class BillTotals:
+    direct: float = 0.0
+    billed: float = 0.0
+    report_original: float = 0.0
+    report_actual: float = 0.0
+    requests: int = 0
+
+    def add(self, case: CaseBill) -> None:
+        self.direct += case.direct
+        self.billed += case.billed
+        self.report_original += case.report_original
+        self.report_actual += case.report_actual
+        self.requests += case.requests
+
+    def summary(self) -> dict[str, Any]:
+        harness = 1 - self.billed / self.direct if self.direct else None
+        report = 1 - self.report_actual / self.report_original if self.report_original else None
+        gap = None if harness is None or report is None else round(100 * (report - harness), 2)
+        return {"model": None, "requests": self.requests,
+                "cost_vs_direct": None if harness is None else round(1 - harness, 4),
+                "harness_saving": None if harness is None else round(harness, 4),
+                "report_saving": None if report is None else round(report, 4),
+                "gap_points": gap, "direct_usd": round(self.direct, 4), "billed_usd": round(self.billed, 4)}
+
+
+async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> None:
+    """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session)."""
+    from bench.cases import request_points
+
+    session = system.open("replay-anthropic:" + case.id)
+    bill = CaseBill("anthropic", case.id)
+    for i in request_points(case.messages):
+        request = with_client_breakpoints(case.messages[: i + 1])
+        out = await session.rewrite(request, case.tools)
+        bill.add(request, case.tools, out, counter.request(request, case.tools),
+                 counter.request(out.messages, case.tools))
+    tally.add_bill(bill)

@@ -1,0 +1,203 @@
+"""Cache breakpoints survive rewrites: property tests over generated conversations.
+
+The generator knows which messages a simulated rewrite kept, replaced, dropped or
+inserted, so the expected markers come from that record, not from the code under test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.breakpoints import restore
+from proxy.prefix import MARK, canonical
+
+CC = {"type": "ephemeral"}
+
+
+@st.composite
+def conversation(draw):
+    n = draw(st.integers(2, 14))
+    msgs = []
+    for i in range(n):
+        role = "system" if i == 0 and draw(st.booleans()) else ("user" if i % 2 else "assistant")
+        if draw(st.booleans()):
+            parts = [{"type": "text", "text": f"m{i} part {j}"} for j in range(draw(st.integers(1, 3)))]
+            msgs.append({"role": role, "content": parts})
+        else:
+            msgs.append({"role": role, "content": f"message {i}"})
+    blocks = []
+    for i, m in enumerate(msgs):
+        blocks.append((i, -1))
+        if isinstance(m["content"], list):
+            blocks += [(i, j) for j in range(len(m["content"]))]
+    chosen = draw(st.lists(st.sampled_from(blocks), max_size=6, unique=True))
+    for i, j in chosen:
+        ttl = {"type": "ephemeral", "ttl": f"{i}.{j}"}  # each marker tells where it came from
+        if j == -1:
+            msgs[i][MARK] = ttl
+        else:
+            msgs[i]["content"][j][MARK] = ttl
+    ops = draw(st.lists(st.sampled_from(["keep", "copy", "replace", "drop"]), min_size=n, max_size=n))
+    inserts = draw(st.lists(st.integers(0, n), max_size=3))
+    return msgs, ops, inserts
+
+
+def rewrite(msgs, ops, inserts):
+    """A rule-like rewrite: returns the new list and, per original message, where it went."""
+    out, where = [], []
+    for i, (m, op) in enumerate(zip(msgs, ops)):
+        for _ in range(inserts.count(i)):
+            out.append({"role": "user", "content": f"inserted before {i}"})
+        if op == "drop":
+            where.append(None)
+            continue
+        if op == "replace":
+            keep_marks = dict(m)  # a careless rule: a new content, the message's marker copied
+            keep_marks["content"] = f"summary of {i}"
+            out.append(keep_marks)
+            where.append(None)
+            continue
+        where.append(len(out))
+        out.append(m if op == "keep" else copy.deepcopy(m))
+    out += [{"role": "user", "content": "inserted at the end"}] * inserts.count(len(msgs))
+    return out, where
+
+
+def marked(messages):
+    """{(message index, part index or 'msg'): marker} of a request."""
+    got = {}
+    for k, m in enumerate(messages):
+        if MARK in m:
+            got[(k, "msg")] = m[MARK]
+        if isinstance(m.get("content"), list):
+            for j, p in enumerate(m["content"]):
+                if MARK in p:
+                    got[(k, j)] = p[MARK]
+    return got
+
+
+def expected(msgs, out, where):
+    want = {}
+    last = None
+    for i, m in enumerate(msgs):
+        own = [("msg", m[MARK])] if MARK in m else []
+        if isinstance(m["content"], list):
+            own += [(j, p[MARK]) for j, p in enumerate(m["content"]) if MARK in p]
+        if where[i] is not None:
+            for j, v in own:
+                want.setdefault((where[i], j), v)
+            last = where[i]
+            continue
+        for j, v in own:
+            if last is None:
+                continue  # nothing kept before it: lost
+            content = out[last]["content"]
+            if isinstance(content, list):
+                want.setdefault((last, len(content) - 1), v)
+            elif not any(k == last for k, _ in want):  # string content holds one marker
+                want[(last, "msg" if j == "msg" else 0)] = v
+    return want
+
+
+@given(conversation())
+def test_markers_stay_on_kept_blocks_and_move_back_from_replaced_ones(case):
+    msgs, ops, inserts = case
+    before = json.dumps(msgs)
+    out, where = rewrite(msgs, ops, inserts)
+    got, moves = restore(msgs, out)
+    assert json.dumps(msgs) == before, "the client's request is never mutated"
+    assert len(got) == len(out)
+    for a, b in zip(got, out):  # only markers change
+        assert canonical(a) == canonical(b)
+    have = marked(got)
+    assert have == expected(msgs, out, where)
+    n_client = len(marked(msgs))
+    assert len(have) <= n_client
+    assert moves.kept + moves.moved + moves.lost == n_client
+
+
+@given(conversation())
+def test_nothing_changes_without_a_rewrite_or_without_client_markers(case):
+    msgs, ops, inserts = case
+    assert restore(msgs, msgs)[0] is msgs
+    plain = [canonical(m) for m in msgs]
+    out, _ = rewrite(plain, ops, inserts)
+    got, moves = restore(plain, out)
+    assert got is out and moves.added == 0
+    assert not marked(got)
+
+
+def test_auto_breakpoints_only_where_the_client_set_none():
+    msgs = [{"role": "system", "content": "sys"}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(13)]
+    rewritten = list(msgs)  # a rewrite that changed nothing but is a new list
+    got, moves = restore(msgs, rewritten, auto=True, window=4, block=4)
+    assert moves.added == 2
+    have = marked(got)
+    assert set(have) == {(0, 0), (8, 0)}  # after the system prompt; end of the closed blocks
+    client = [dict(m) for m in msgs]
+    client[5] = {**client[5], MARK: CC}
+    got, moves = restore(client, list(client), auto=True)
+    assert moves.added == 0 and marked(got) == {(5, "msg"): CC}
+
+
+def _naive_where(msgs, out):
+    """Per original message, the output index of an equal message (markers aside), in order."""
+    where, floor = [], -1
+    for m in msgs:
+        hit = next((k for k in range(floor + 1, len(out)) if canonical(out[k]) == canonical(m)), None)
+        if hit is not None:
+            floor = hit
+        where.append(hit)
+    return where
+
+
+@st.composite
+def agent_conversation(draw):
+    """Tool calls with JSON results (tool_json compacts them), repeated calls and
+    acknowledgements (fold_duplicates folds them), markers on random blocks."""
+    msgs = [{"role": "system", "content": [{"type": "text", "text": "You are an agent."}]}]
+    n = draw(st.integers(3, 10))
+    for i in range(n):
+        msgs.append({"role": "user", "content": draw(st.sampled_from(["ok", "thanks", f"task {i}"]))})
+        q = draw(st.integers(0, 2))
+        call = {"id": f"c{i}", "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({"q": q})}}
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        rows = [{"id": k, "name": f"item {q}-{k}", "note": None, "tags": []} for k in range(6)]
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": json.dumps({"rows": rows}, indent=2)})
+    msgs.append({"role": "user", "content": [{"type": "text", "text": "And now?"}]})
+    for i in draw(st.lists(st.integers(0, len(msgs) - 1), max_size=5, unique=True)):
+        m = msgs[i]
+        if isinstance(m["content"], list):
+            m["content"][0][MARK] = {"type": "ephemeral", "ttl": str(i)}
+        else:
+            m[MARK] = {"type": "ephemeral", "ttl": str(i)}
+    return msgs
+
+
+@given(agent_conversation())
+def test_real_rules_never_move_lose_or_add_a_breakpoint_against_the_rules(msgs):
+    import asyncio
+
+    from proxy.engine import Engine
+    from proxy.settings import load_settings
+    from proxy.store import MemoryStore
+
+    settings = load_settings(flags={"rules": "fold_duplicates,tool_json", "store": "memory://"},
+                             env={}, config_path="/dev/null")
+    engine = Engine(settings, store=MemoryStore())
+    try:
+        rw = asyncio.run(engine.rewrite({"model": "gpt-4o", "messages": msgs}, "bp"))
+    finally:
+        engine.close()
+    out = rw.result.ctx.messages
+    if out is msgs:
+        return  # nothing rewritten: the client's bytes go out
+    bare = [canonical(m) for m in out]
+    where = _naive_where(msgs, bare)
+    assert marked(out) == expected(msgs, bare, where)
