@@ -136,10 +136,19 @@ class Client:
         self.conn = http.client.HTTPConnection(host, int(port), timeout=60)
 
     def post(self, raw: bytes, key: str) -> tuple[int, bytes]:
-        self.conn.request("POST", "/v1/chat/completions", body=raw,
-                          headers={"content-type": "application/json", "x-fuzz-id": key})
-        r = self.conn.getresponse()
-        return r.status, r.read()
+        for attempt in (1, 2):
+            try:
+                self.conn.request("POST", "/v1/chat/completions", body=raw,
+                                  headers={"content-type": "application/json", "x-fuzz-id": key})
+                r = self.conn.getresponse()
+                return r.status, r.read()
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                # the server closed an idle keep-alive connection (its 5 s timeout) before
+                # reading this request: open a new one and send it again, once
+                self.conn.close()
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self.conn.close()
