@@ -111,7 +111,10 @@ def test_engine_prefetches_after_a_rewrite_off_the_request_path():
         engine.close()
     assert first_drop
     for msgs, texts in zip(points[first_drop + 1:], during[first_drop + 1:]):
-        assert all(t.strip(" ?.") in msgs[-1]["content"] for t in texts), texts
+        # once prefetch has run, a request embeds its question's forms and, should the
+        # background lane not have reached a chunk yet, at most max_embed others
+        others = [t for t in texts if t.strip(" ?.") not in msgs[-1]["content"]]
+        assert len(others) <= retrieve.config.max_embed, texts
     assert len(emb.texts) > sum(map(len, during))  # the rest was embedded between requests
 
 
