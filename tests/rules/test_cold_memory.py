@@ -11,20 +11,13 @@ import json
 from proxy.store import MemoryStore
 from rules.embedders import HashingEmbedder
 from tests.harness import make_deps
+from tests.rules.test_prefetch import RecordingEmbedder as Counting
 from tests.rules.test_retrieve import apply, chat, memory_of, rule
 
 FACTS = {3: "My passport number is X99812.", 17: "The wifi password is lemon-tree-42.",
          40: "Our anniversary dinner is at Luigi's on the 14th."}
 
 
-class Counting(HashingEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    def embed(self, texts):
-        self.texts += texts
-        return super().embed(texts)
 
 
 def cold_history() -> list[dict]:
