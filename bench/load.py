@@ -2,11 +2,13 @@
 
 Starts a loopback upstream (``bench.load_mock``: ``--delay`` seconds per reply, optional
 faults) and, one after the other, two proxies as subprocesses (``python -m proxy.cli
-serve``): the floor (``--rules ""``: the same server with no rule) and the proxy with
-``--rules`` (default: the configured rules). Each of ``--sessions`` sessions replays real
+serve``): the floor (``bench.floor_proxy``), passthrough (``--rules ""``: the same server
+with no rule) and the proxy with ``--rules`` (default: the configured rules). Each of ``--sessions`` sessions replays real
 cases turn by turn (every request point, as the agent sent it), its own ``X-Session-Id``.
-Added latency = the client's round trip minus the upstream's delay, for requests the
-upstream answered without a fault. Reports p50/p95/max added, throughput, errors the proxy
+Added latency = the client's round trip minus the time the upstream held the request (its
+``x-mock-ms``; on this VM a 1 s sleep can overshoot by tens of ms), for requests the
+upstream answered without a fault. The floor is ``bench.floor_proxy``, the smallest
+starlette+httpx proxy; ``passthrough`` is ``serve`` with no rule. Reports p50/p95/max added, throughput, errors the proxy
 caused, faults surfaced to or hidden from clients, ledger rows against requests, the
 rules' deadline and shed counters, and the proxy's RSS over time. Run by hand:
 
@@ -37,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.cases import load_cases, request_points, resolve_file  # noqa: E402
 from bench.load_mock import SLOW_FACTOR, parse_faults  # noqa: E402
-from bench.overhead import free_port, wait_up  # noqa: E402
+from bench.overhead import _cpu_seconds, free_port, wait_up  # noqa: E402
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Outcome:
     sent: float  # seconds since the phase began
     seconds: float
     fault: str  # the upstream's fault ("none", "slow", "error", "reset"), "?" when unknown
+    upstream_s: float | None  # how long the upstream held the request (its x-mock-ms)
     status: int | None
     error: str  # the client's exception, if any
 
@@ -58,6 +61,8 @@ class Phase:
     rss_mb: list[tuple[float, float]] = field(default_factory=list)
     ledger_rows: int | None = None
     lanes: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float | None = None  # the proxy process's CPU seconds over the timed part
+    proxy_ms: list[float] = field(default_factory=list)  # the ledger's time before forwarding
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -90,16 +95,17 @@ def start_proxy(port: int, upstream: str, rules: str | None, ledger: str,
 async def send(client: httpx.AsyncClient, url: str, body: dict, session: str,
                t0: float) -> Outcome:
     sent = time.perf_counter()
-    fault, status, error = "?", None, ""
+    fault, status, error, held = "?", None, "", None
     headers = {"x-session-id": session, "authorization": "Bearer load-test"}
     try:
         async with client.stream("POST", url, json=body, headers=headers) as r:
             fault, status = r.headers.get("x-mock-fault", "?"), r.status_code
+            held = float(r.headers["x-mock-ms"]) / 1000 if "x-mock-ms" in r.headers else None
             async for _ in r.aiter_raw():
                 pass
     except httpx.HTTPError as exc:
         error = type(exc).__name__
-    return Outcome(session, sent - t0, time.perf_counter() - sent, fault, status, error)
+    return Outcome(session, sent - t0, time.perf_counter() - sent, fault, held, status, error)
 
 
 def requests_of(case: Any, skip: int, turns: int) -> list[list[dict]]:
@@ -114,6 +120,8 @@ async def run_sessions(url: str, cases: list[Any], args: argparse.Namespace) -> 
     limits = httpx.Limits(max_connections=args.sessions * 2, max_keepalive_connections=args.sessions * 2)
 
     async def session(k: int) -> None:
+        if not args.no_stagger:  # agents do not all start in the same millisecond
+            await asyncio.sleep(k * args.delay / args.sessions)
         async with httpx.AsyncClient(timeout=args.delay * SLOW_FACTOR + 120, limits=limits) as client:
             rep = 0
             while True:
@@ -183,7 +191,10 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
                 args: argparse.Namespace, env: dict[str, str], tmp: str) -> Phase:
     port, ledger = free_port(), os.path.join(tmp, f"{name}.db")
     extra = ["--config", args.config] if args.config else ["--config", os.devnull]
-    proc = start_proxy(port, upstream, rules, ledger, env, extra)
+    if name == "floor":
+        proc = start(["bench.floor_proxy", "--port", str(port), "--upstream", upstream], env)
+    else:
+        proc = start_proxy(port, upstream, rules, ledger, env, extra)
     result = Phase(name)
     try:
         base = f"http://127.0.0.1:{port}"
@@ -194,6 +205,7 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
             for k, msgs in enumerate(requests_of(warm, 0, 2)):
                 await send(client, url, {"model": "gpt-4o", "messages": msgs}, f"warmup-{k}", 0.0)
         stop = asyncio.Event()
+        cpu0 = _cpu_seconds(proc.pid)
         rss = asyncio.ensure_future(sample_rss(proc.pid, args.rss_every, result.rss_mb, stop))
         if args.cold:
             result.outcomes, result.wall = await run_cold(url, args)
@@ -201,11 +213,15 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
             result.outcomes, result.wall = await run_sessions(url, cases, args)
         stop.set()
         await rss
-        async with httpx.AsyncClient(timeout=120) as client:
-            result.lanes = (await client.get(base + "/healthz")).json().get("rules_lanes") or {}
-            await client.get(base + "/stats")  # drains the finisher: every row is written
-        with sqlite3.connect(ledger) as db:
-            result.ledger_rows = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+        result.cpu_s = _cpu_seconds(proc.pid) - cpu0
+        if name != "floor":
+            async with httpx.AsyncClient(timeout=120) as client:
+                result.lanes = (await client.get(base + "/healthz")).json().get("rules_lanes") or {}
+                await client.get(base + "/stats")  # drains the finisher: every row is written
+            with sqlite3.connect(ledger) as db:
+                result.ledger_rows = db.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+                result.proxy_ms = [r[0] for r in db.execute(
+                    "SELECT proxy_ms FROM requests WHERE session NOT LIKE 'warmup%'") if r[0] is not None]
     finally:
         stop_process(proc)
     return result
@@ -213,7 +229,7 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
 
 def summary(p: Phase, delay: float) -> dict[str, Any]:
     clean = [o for o in p.outcomes if o.fault == "none" and o.status == 200 and not o.error]
-    added = [(o.seconds - delay) * 1000 for o in clean]
+    added = [_added(o, delay) for o in clean]
     proxy_failures = [o for o in p.outcomes if o.fault in ("none", "slow", "?") and
                       (o.error or o.status != 200)]
     faulted = [o for o in p.outcomes if o.fault in ("error", "reset")]
@@ -225,17 +241,25 @@ def summary(p: Phase, delay: float) -> dict[str, Any]:
            "throughput_rps": round(len(p.outcomes) / p.wall, 2) if p.wall else None,
            "added_ms": {"p50": _r(pct(added, 0.5)), "p95": _r(pct(added, 0.95)),
                         "max": _r(max(added, default=None))},
+           "server_ms_before_forward": {"p50": _r(pct(p.proxy_ms, 0.5)), "p95": _r(pct(p.proxy_ms, 0.95))},
+           "cpu_ms_per_request": _r(1000 * p.cpu_s / len(p.outcomes)) if p.cpu_s and p.outcomes else None,
            "proxy_failures": len(proxy_failures),
            "failure_examples": sorted({f"{o.fault}/{o.status}/{o.error}" for o in proxy_failures})[:5],
            "faults": len(faulted), "faults_surfaced": len(surfaced),
-           "ledger_rows": p.ledger_rows, "ledger_rows_expected": len(p.outcomes) + 2, "lanes": p.lanes,
+           "ledger_rows": p.ledger_rows,
+           "ledger_rows_expected": None if p.ledger_rows is None else len(p.outcomes) + 2, "lanes": p.lanes,
            "rss_mb": {"first": rss[0] if rss else None, "after_warmup": rss[len(rss) // 4] if rss else None,
                       "last": rss[-1] if rss else None, "max": max(rss, default=None)}}
     if cold:
-        out["cold_added_ms"] = [_r((o.seconds - delay) * 1000) for o in cold]
-        out["bystander_added_ms"] = {"p50": _r(pct([(o.seconds - delay) * 1000 for o in by], 0.5)),
-                                     "max": _r(max(((o.seconds - delay) * 1000 for o in by), default=None))}
+        out["cold_added_ms"] = [_r(_added(o, delay)) for o in cold]
+        out["bystander_added_ms"] = {"p50": _r(pct([_added(o, delay) for o in by], 0.5)),
+                                     "max": _r(max((_added(o, delay) for o in by), default=None))}
     return out
+
+
+def _added(o: Outcome, delay: float) -> float:
+    """Milliseconds the client waited beyond what the upstream held the request."""
+    return (o.seconds - (delay if o.upstream_s is None else o.upstream_s)) * 1000
 
 
 def _r(x: float | None) -> float | None:
@@ -255,13 +279,23 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(wait_up, f"http://127.0.0.1:{port}/")
         upstream = f"http://127.0.0.1:{port}/v1"
         with tempfile.TemporaryDirectory() as tmp:
-            phases = [("proxy", args.rules)] if args.no_floor or args.cold else [("floor", ""), ("proxy", args.rules)]
-            for name, rules in phases:
-                p = await phase(name, rules, upstream, cases, args, env, tmp)
-                report[name] = summary(p, args.delay)
-                report[name]["rss_over_time"] = p.rss_mb
-                print(f"{name}: {json.dumps({k: v for k, v in report[name].items() if k != 'rss_over_time'})}",
-                      file=sys.stderr)
+            phases = [("proxy", args.rules)] if args.no_floor or args.cold else \
+                [("floor", None), ("passthrough", ""), ("proxy", args.rules)]
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in phases}
+            for r in range(args.rounds):  # phases interleaved: the machine's drift hits each alike
+                for name, rules in phases:
+                    p = await phase(name, rules, upstream, cases, args, env, tmp)
+                    report[name] = summary(p, args.delay)
+                    report[name]["rss_over_time"] = p.rss_mb
+                    rounds[name].append(report[name]["added_ms"])
+                    print(f"round {r + 1} {name}: "
+                          f"{json.dumps({k: v for k, v in report[name].items() if k != 'rss_over_time'})}",
+                          file=sys.stderr)
+            for name, got in rounds.items():
+                report[name]["added_ms_rounds"] = got
+                report[name]["added_ms_median_of_rounds"] = {
+                    q: _r(statistics.median(g[q] for g in got if g[q] is not None)) for q in ("p50", "p95", "max")
+                    if any(g[q] is not None for g in got)}
     finally:
         stop_process(mock)
     return report
@@ -280,8 +314,12 @@ def main() -> None:
     p.add_argument("--stream", action="store_true", help="stream every reply (SSE)")
     p.add_argument("--faults", default="", help="e.g. reset=0.05,error=0.05,slow=0.02")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the phases this many times, interleaved; reports the median of rounds")
     p.add_argument("--cold", type=int, default=0, help="N cold LoCoMo requests (300+ old turns) with bystanders")
     p.add_argument("--no-floor", action="store_true", help="skip the passthrough floor")
+    p.add_argument("--no-stagger", action="store_true",
+                   help="start every session at once (default: starts spread over one upstream delay)")
     p.add_argument("--rss-every", type=float, default=5.0)
     p.add_argument("--json", default=None, help="write the report here")
     args = p.parse_args()
@@ -290,7 +328,11 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as fh:
             fh.write(text)
-    print(json.dumps({k: v for k, v in report.items() if k != "args"} | {}, default=str)[:4000])
+    for name in ("floor", "passthrough", "proxy"):
+        if name in report:
+            m = report[name].get("added_ms_median_of_rounds", {})
+            print(f"{name:12} added p50 {m.get('p50')} ms  p95 {m.get('p95')} ms  max {m.get('max')} ms  "
+                  f"cpu/request {report[name]['cpu_ms_per_request']} ms  failures {report[name]['proxy_failures']}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Faults (``--faults reset=0.05,error=0.05,slow=0.02``): ``reset`` sends the statu
 headers and part of the body, then drops the connection (no terminating chunk);
 ``error`` answers 500 in the API's error shape; ``slow`` answers after ``SLOW_FACTOR``
 times the delay. Every response says which fault it carries in ``x-mock-fault``, so the
-client can tell a fault the upstream made from one the proxy made. Run as
+client can tell a fault the upstream made from one the proxy made, and ``x-mock-ms`` how
+long the upstream held the request (the sleep's real length, not the nominal delay). Run as
 ``python3 -m bench.load_mock --port P [--delay 1] [--faults …] [--seed 1]``.
 """
 
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import json
 import random
+import time
 from collections.abc import AsyncIterator
 
 import uvicorn
@@ -88,10 +90,13 @@ async def _body(parts: list[bytes], reset: bool) -> AsyncIterator[bytes]:
 
 def build_app(delay: float, choose: Chooser) -> Starlette:
     async def chat(request: Request) -> Response:
+        t0 = time.perf_counter()
         body = json.loads(await request.body())
         fault = choose()
         await asyncio.sleep(delay * (SLOW_FACTOR if fault == "slow" else 1.0))
-        headers = {"x-mock-fault": fault}
+        # what the upstream itself took, timer overshoot included (a VM's idle vCPU can
+        # oversleep by tens of ms): the client subtracts this, not the nominal delay
+        headers = {"x-mock-fault": fault, "x-mock-ms": f"{(time.perf_counter() - t0) * 1000:.3f}"}
         model = str(body.get("model") or "mock")
         if fault == "error":
             return JSONResponse({"error": {"message": "injected upstream error", "type": "server_error",

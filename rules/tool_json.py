@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy.context import RequestContext
+from proxy.memo import BoundedCache
 from proxy.tokens import TokenCounter
 from rules.base import RuleDeps, option, system_prefix_len, text_of, units
 from rules.json_compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
@@ -124,6 +125,10 @@ class ToolJson:
         paths = ([BUILTIN_TEMPLATES] if config.templates else []) + [
             Path(p) for p in config.template_paths]
         self.templates: dict[str, Template] = load_templates(paths)
+        # clients resend their history: a result outside the lookahead (its rewrite reads
+        # nothing but itself and the tool's name) is compacted once, then found by content
+        self._done: BoundedCache[tuple[str, bytes], tuple[str, str] | None] = BoundedCache(
+            4096, 32 * 1024 * 1024)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         messages = ctx.messages
@@ -138,7 +143,8 @@ class ToolJson:
             if m.get("role") != "tool" or not isinstance(content, str) or not content:
                 continue
             later = _later_texts(messages, i, lookahead[i]) if i in lookahead else None
-            found = self._rewrite(content, names.get(i, ""), later)
+            found = self._rewrite(content, names.get(i, "")) if later is None else \
+                self._rewrite_fresh(content, names.get(i, ""), later)
             if found is None:
                 continue
             text, kind = found
@@ -154,7 +160,18 @@ class ToolJson:
 
     # --- one result ------------------------------------------------------------------------
 
-    def _rewrite(self, text: str, tool: str, later: list[str] | None) -> tuple[str, str] | None:
+    def _rewrite(self, text: str, tool: str) -> tuple[str, str] | None:
+        """``_rewrite_fresh`` without lookahead, remembered by (tool, content)."""
+        key = (tool, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest())
+        found = self._done.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._rewrite_fresh(text, tool, None)
+            self._done.put(key, found)
+        elif found is not None:  # a fresh rewrite stored the original: keep it there (eviction)
+            self._store(text)
+        return found
+
+    def _rewrite_fresh(self, text: str, tool: str, later: list[str] | None) -> tuple[str, str] | None:
         value = _parse_json(text)
         if value is None:
             clipped = self._clip(text, text)
@@ -241,6 +258,9 @@ class ToolJson:
                 if messages[i].get("role") == "tool":
                     ends[i] = spans[last - 1][1]
         return ends
+
+
+_MISSING: Any = object()
 
 
 def original_id(content: str) -> str:

@@ -286,3 +286,23 @@ def test_lossless_on_real_traces_keeps_all_evidence_and_cuts_tool_tokens():
         before += sum(COUNTER.message(m) for m in case["messages"] if m["role"] == "tool")
         after += sum(COUNTER.message(m) for m in out.messages if m["role"] == "tool")
     assert after < 0.7 * before
+
+
+# --- resent history -------------------------------------------------------------------------
+
+
+def test_a_resent_result_is_rewritten_alike_and_its_original_stays_stored():
+    """Clients resend their history: the second pass finds each result by content. It must
+    give the same bytes, and put the original back if the store lost it meanwhile."""
+    store = MemoryStore()
+    rule = ToolJson(ToolJsonConfig(max_chars=300), make_deps(store=store))
+    big = "\n".join(f"line {i}: " + "x" * 40 for i in range(40))
+    messages = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "search", {"q": "a"}),
+                result("c1", ROWS), call("c2", "grep", {"q": "b"}), result("c2", big)]
+    first = asyncio.run(rule.apply(make_ctx(messages)))
+    kept = {k: v for k, v in store._data.items()}
+    assert original_id(json.dumps(ROWS)) in kept and original_id(big) in kept
+    store._data.clear()  # evicted, restarted store, ...
+    again = asyncio.run(rule.apply(make_ctx(json.loads(json.dumps(messages)))))
+    assert json.dumps(again.messages) == json.dumps(first.messages)
+    assert store._data == kept
