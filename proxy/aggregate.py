@@ -186,6 +186,7 @@ KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
     "hour": _hour,
     "arm": lambda r: r.get("arm") or "rewrite",
     "api": lambda r: r.get("api") or "chat",
+    "replica": lambda r: r.get("replica") or "(none)",
 }
 
 

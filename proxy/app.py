@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import sqlite3
 from typing import Any, AsyncIterator
 
 import httpx
@@ -28,7 +30,7 @@ from proxy.metrics import Metrics
 from proxy.passthrough import Passthrough
 from proxy.relay import quiet_server_aborts
 from proxy.report import parse_since
-from proxy.settings import Settings
+from proxy.settings import ConfigError, Settings
 from proxy.stats import FLUSH_WAIT, stats_after_flush
 from proxy.upstream import Upstream
 
@@ -45,17 +47,37 @@ async def http_error(request: Request, exc: Exception) -> Response:
                         status_code=status)
 
 
+def open_ledger(settings: Settings) -> Ledger:
+    """The configured ledger, ready to write; ConfigError naming ``ledger`` if it is not."""
+    replica = settings.replica or f"{socket.gethostname()}:{settings.port}"
+    try:
+        return Ledger(settings.ledger, settings.ledger_retention_days, replica=replica)
+    except (ValueError, OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"ledger: {exc}") from None
+
+
 def create_app(settings: Settings, engine: Engine | None = None,
                transport: httpx.AsyncBaseTransport | None = None,
-               ledger: Ledger | None = None) -> Starlette:
+               ledger: Ledger | None = None, tracer: Any = None) -> Starlette:
+    """``tracer``: a ``proxy.tracing.RequestTracer`` (made from the OTEL_* variables when
+    ``otel`` is on and none is given)."""
     check_exposure(settings)
+    ledger = ledger if ledger is not None else open_ledger(settings)
     engine = engine or Engine(settings)
     quiet_server_aborts()
-    ledger = ledger if ledger is not None else Ledger(settings.ledger, settings.ledger_retention_days)
     upstream = Upstream(settings.upstream, settings.upstream_timeout, settings.connect_timeout,
                         transport=transport)
     metrics = Metrics()
-    finisher = Finisher(engine, ledger, metrics)
+    if tracer is None and settings.otel:
+        from proxy.tracing import make_tracer
+
+        tracer = make_tracer()
+    recorder: Any = ledger
+    if tracer is not None:
+        from proxy.tracing import TracedLedger
+
+        recorder = TracedLedger(ledger, tracer)
+    finisher = Finisher(engine, recorder, metrics)
     watch(metrics, ledger, engine.store, finisher)
     chat = ChatCompletions(engine, upstream, finisher)
     responses = ChatCompletions(engine, upstream, finisher, RESPONSES)
@@ -96,6 +118,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
             finisher.close()
             await upstream.aclose()
             ledger.close()
+            if tracer is not None:
+                tracer.close()
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -114,5 +138,6 @@ def create_app(settings: Settings, engine: Engine | None = None,
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.ledger, app.state.upstream = engine, ledger, upstream
+    app.state.tracer = tracer
     app.state.finisher, app.state.metrics = finisher, metrics
     return app

@@ -53,7 +53,7 @@ class ChatCompletions:
         self.session_key = session_key(self.settings.session_key, self.settings.store)
 
     async def handle(self, request: Request) -> Response:
-        t0 = time.perf_counter()
+        t0, arrived = time.perf_counter(), time.time()
         try:
             url = self.upstream.url_for(request.scope)
             raw = await read_body(request, self.settings.max_body_bytes)
@@ -75,7 +75,7 @@ class ChatCompletions:
                                           mode=mode, arm="passthrough", path=request.url.path,
                                           failed_open=True, api=self.adapter.name), None, raw
         arm = row.arm
-        row.proxy_ms = (time.perf_counter() - t0) * 1000
+        row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
         try:
             r = await self.upstream.send("POST", url, request_headers(request.headers.raw), out)

@@ -17,7 +17,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--upstream", help="upstream base URL (default https://api.openai.com/v1)")
     p.add_argument("--config", help="path to config.yaml (default ./config.yaml if present)")
     p.add_argument("--rules", help='enabled rules in order, comma separated; "" = passthrough')
-    p.add_argument("--ledger", help="SQLite ledger path")
+    p.add_argument("--ledger", help="ledger: a SQLite file path or postgresql://…")
     p.add_argument("--store", help="store: a directory, memory:// or redis://…")
     p.add_argument("--mode", help="rewrite | shadow | ab")
 
@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from proxy.ledger import read_rows
+    from proxy.ledger import read_rows, redact
     from proxy.report import build, parse_since, render, to_csv, to_json
 
     settings = _settings(args)
@@ -60,14 +60,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"context-engine: {exc}", file=sys.stderr)
         return 2
-    rows = read_rows(settings.ledger, since)
+    try:
+        rows = read_rows(settings.ledger, since)
+    except ValueError as exc:  # an unreachable database
+        raise ConfigError(f"ledger: {exc}") from None
     data = build(rows, args.by)
     if args.format == "json":
         print(to_json(data))
     elif args.format == "csv":
         print(to_csv(data), end="")
     elif not rows:
-        print(f"No requests in the ledger at {settings.ledger}" + (f" since {args.since}" if args.since else ""))
+        print(f"No requests in the ledger at {redact(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
     else:
         console = Console(width=150)
         for part in render(data):
@@ -181,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="the bill before and after, from the ledger")
     _serve_flags(p)
     p.add_argument("--since", help="30m, 24h, 7d or an ISO date")
-    p.add_argument("--by", choices=("model", "rule", "session", "day", "api"), default="model")
+    p.add_argument("--by", choices=("model", "rule", "session", "day", "api", "replica"), default="model")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="replay a bundled agent conversation through the proxy")

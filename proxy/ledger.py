@@ -1,14 +1,18 @@
-"""The ledger: one SQLite row per request, written off the request path.
+"""The ledger: one row per request, written off the request path.
 
-The request path only puts a row on a bounded queue; one writer thread
-(``proxy/ledger_writer.py``) owns the connection (WAL mode, synchronous=NORMAL). Ledgers
-written by an older version gain the new columns when opened.
+``ledger:`` is a SQLite file path (the embedded default) or a ``postgresql://`` URL
+(``proxy/ledger_pg.py``, shared by replicas); any other ``scheme://`` is refused at
+start-up. The request path only puts a row on a bounded queue; one writer thread
+(``proxy/ledger_writer.py``) owns the connection (SQLite: WAL mode, synchronous=NORMAL).
+Ledgers written by an older version gain the new columns when opened.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
@@ -81,6 +85,7 @@ class LedgerRow:
     ts: float = field(default_factory=time.time)
     api: str = "chat"  # chat | responses | anthropic (the wire format)
     cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens
+    replica: str = ""  # the process that served it (``replica`` setting; several share a ledger)
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)
@@ -111,15 +116,79 @@ def connect(path: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
     return conn
 
 
-class Ledger(RowWriter):
-    """The ledger of ``path``: ``record(LedgerRow)`` from the request path; see ``RowWriter``."""
+POSTGRES = ("postgresql", "postgres")
 
-    def __init__(self, path: str, retention_days: float = 0.0, **options: Any) -> None:
-        super().__init__(path, connect, INSERT, retention_days, **options)
+
+def ledger_kind(url: str) -> str:
+    """``sqlite`` (a path, or ``sqlite:///path``) or ``postgresql``; ValueError otherwise."""
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", url)
+    if m is None or m.group(1).lower() == "sqlite":
+        return "sqlite"
+    if m.group(1).lower() in POSTGRES:
+        return "postgresql"
+    raise ValueError(f"{m.group(1)}:// is not a ledger; use a SQLite file path or postgresql://…")
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def sqlite_path(url: str) -> str:
+    return url[len("sqlite://"):] if url.lower().startswith("sqlite://") else url
+
+
+class SqliteBackend:
+    """The embedded ledger: one SQLite file (see ``ledger_writer.Backend``)."""
+
+    def __init__(self, url: str, busy_timeout: float = 5.0) -> None:
+        self.url, self.busy_timeout = url, busy_timeout
+
+    def connect(self) -> sqlite3.Connection:
+        return connect(sqlite_path(self.url), self.busy_timeout)
+
+    def insert(self, conn: sqlite3.Connection, params: list[dict[str, Any]]) -> None:
+        with conn:
+            conn.executemany(INSERT, params)
+
+    def prune(self, conn: sqlite3.Connection, cutoff: float) -> int:
+        with conn:
+            return int(conn.execute(f"DELETE FROM {TABLE} WHERE ts < ?", (cutoff,)).rowcount)
+
+    def broken(self, conn: sqlite3.Connection) -> bool:
+        return False
+
+
+class Ledger(RowWriter):
+    """The ledger at ``path`` (a SQLite path or a postgresql:// URL): ``record(LedgerRow)``
+    from the request path; see ``RowWriter``. Rows without a ``replica`` get ``replica``
+    (default: this host's name)."""
+
+    def __init__(self, path: str, retention_days: float = 0.0, busy_timeout: float = 5.0,
+                 replica: str = "", **options: Any) -> None:
+        self.replica = replica or socket.gethostname()
+        backend: Any
+        if ledger_kind(path) == "postgresql":
+            from proxy.ledger_pg import PostgresBackend
+
+            backend = PostgresBackend(path, busy_timeout)
+        else:
+            backend = SqliteBackend(path, busy_timeout)
+        super().__init__(backend, retention_days, **options)
+
+    def record(self, row: Any) -> None:
+        if isinstance(row, LedgerRow) and not row.replica:
+            row.replica = self.replica
+        super().record(row)
 
 
 def read_rows(path: str, since: float | None = None) -> list[dict[str, Any]]:
     """All rows (as dicts) newer than ``since`` (a UNIX time), oldest first."""
+    if ledger_kind(path) == "postgresql":
+        from proxy.ledger_pg import read_rows as read_pg
+
+        return read_pg(path, since)
+    path = sqlite_path(path)
     if not os.path.exists(path):
         return []
     conn = connect(path)

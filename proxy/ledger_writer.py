@@ -1,8 +1,10 @@
-"""The ledger's writer thread: rows from a bounded queue into SQLite, each on its own.
+"""The ledger's writer thread: rows from a bounded queue into the database, each on its own.
 
 The request path only calls ``record`` (never blocks: a full queue drops and counts). The
 thread inserts in batches; a batch that fails is tried row by row, a row ``RETRIES``
-times, then it is dropped and counted; a lost connection is reopened. It deletes rows
+times, then it is dropped and counted; a lost connection is reopened and the rows not yet
+written are tried again on the new one. The database is a ``Backend`` (SQLite in
+``proxy/ledger.py``, PostgreSQL in ``proxy/ledger_pg.py``). It deletes rows
 older than ``retention_days`` at start-up and every ``prune_every`` seconds, and exits
 on ``close()`` after draining. ``flush(timeout)`` waits at most ``timeout``;
 ``health()`` says whether the thread is alive and writing.
@@ -12,10 +14,9 @@ from __future__ import annotations
 
 import logging
 import queue
-import sqlite3
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Protocol
 
 log = logging.getLogger("context_engine.ledger")
 
@@ -26,6 +27,23 @@ RETRIES = 3
 RETRY_PAUSE = 0.05  # seconds, doubled on each retry
 
 
+class Backend(Protocol):
+    """One database for the writer: every call runs on the writer thread."""
+
+    url: str
+
+    def connect(self) -> Any: ...
+
+    def insert(self, conn: Any, params: list[dict[str, Any]]) -> None:
+        """Insert the rows in one transaction (all or none)."""
+
+    def prune(self, conn: Any, cutoff: float) -> int:
+        """Delete rows older than ``cutoff``; returns how many."""
+
+    def broken(self, conn: Any) -> bool:
+        """True when ``conn`` itself is lost (reconnect), not just the statement failed."""
+
+
 class RowWriter:
     """The request path only queues; the writer thread is the only one that writes.
 
@@ -34,14 +52,12 @@ class RowWriter:
     attempts is dropped and counted. Nothing a row holds can stop the writer.
     """
 
-    def __init__(self, path: str, connect: Callable[[str, float], sqlite3.Connection], insert: str,
-                 retention_days: float = 0.0, prune_every: float = 3600.0,
-                 max_queue: int = MAX_QUEUE, busy_timeout: float = 5.0) -> None:
-        self.path, self.connect, self.insert = path, connect, insert
-        self.busy_timeout = busy_timeout
+    def __init__(self, backend: Backend, retention_days: float = 0.0, prune_every: float = 3600.0,
+                 max_queue: int = MAX_QUEUE) -> None:
+        self.backend, self.path = backend, backend.url
         self.retention_days = retention_days
         self.prune_every = prune_every
-        connect(path, busy_timeout).close()  # fail at start-up, not on the first request
+        backend.connect().close()  # fail at start-up, not on the first request
         self.written = self.dropped = self.failed_attempts = self.pruned = 0
         self.last_error = ""
         self.failing = False  # the writer's last attempt failed
@@ -95,7 +111,7 @@ class RowWriter:
             log.error("ledger: %d row(s) dropped (%d in all): %s", n, self.dropped, why)
 
     def _run(self) -> None:
-        conn: sqlite3.Connection | None = None
+        conn: Any = None
         next_prune = 0.0
         try:
             while True:
@@ -135,10 +151,10 @@ class RowWriter:
             except queue.Empty:
                 return batch, events, stop
 
-    def _guarded(self, work: Any, conn: sqlite3.Connection | None) -> sqlite3.Connection | None:
+    def _guarded(self, work: Any, conn: Any) -> Any:
         """Run ``work(conn)`` (connecting first if needed); the writer survives any failure."""
         try:
-            conn = conn or self.connect(self.path, self.busy_timeout)
+            conn = conn or self.backend.connect()
             work(conn)
             return conn
         except Exception as exc:  # the edge: the writer thread must outlive any one failure
@@ -149,44 +165,51 @@ class RowWriter:
                 conn.close()
             return None
 
-    def _store(self, conn: sqlite3.Connection | None, batch: list[Any]) -> sqlite3.Connection | None:
-        """Write ``batch``, reconnecting (``RETRIES`` times) if the connection is the problem."""
-        for attempt in range(RETRIES):
-            conn = self._guarded(lambda c: self._write(c, batch), conn)
-            if conn is not None:
-                return conn
-            self.failing = True
-            time.sleep(RETRY_PAUSE * 2 ** attempt)
-        self._drop(len(batch), f"no connection to the ledger: {self.last_error}")
-        return None
-
-    def _write(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+    def _store(self, conn: Any, batch: list[Any]) -> Any:
+        """Write ``batch``, reconnecting (``RETRIES`` times) if the connection is the problem;
+        rows written before a connection was lost are not written again."""
         params = []
         for row in batch:
             try:
                 params.append(row.as_params())
             except Exception as exc:  # the edge: one unreadable row costs only itself
                 self._drop(1, f"unreadable row: {exc!r}")
+        for attempt in range(RETRIES):
+            conn = self._guarded(lambda c: self._write(c, params), conn)
+            if conn is not None:
+                return conn
+            self.failing = True
+            time.sleep(RETRY_PAUSE * 2 ** attempt)
+        self._drop(len(params), f"no connection to the ledger: {self.last_error}")
+        return None
+
+    def _write(self, conn: Any, params: list[dict[str, Any]]) -> None:
+        """Write ``params`` (rows leave the list as they are written); raises only when
+        the connection is lost."""
         try:
-            with conn:
-                conn.executemany(self.insert, params)
+            self.backend.insert(conn, params)
             self._wrote(len(params))
+            params.clear()
             return
         except Exception as exc:  # the edge: the rows are tried one by one below
+            if self.backend.broken(conn):
+                raise
             self.failing = True
             log.warning("ledger: batch of %d failed (%r); writing row by row", len(params), exc)
-        for p in params:
-            self._write_one(conn, p)
+        while params:
+            self._write_one(conn, params[0])
+            params.pop(0)
 
-    def _write_one(self, conn: sqlite3.Connection, params: dict[str, Any]) -> None:
+    def _write_one(self, conn: Any, params: dict[str, Any]) -> None:
         error: Exception | None = None
         for attempt in range(RETRIES):
             try:
-                with conn:
-                    conn.execute(self.insert, params)
+                self.backend.insert(conn, [params])
                 self._wrote(1)
                 return
             except Exception as exc:  # the edge: retried, then dropped and counted
+                if self.backend.broken(conn):
+                    raise
                 error, self.failing = exc, True
                 with self._lock:
                     self.failed_attempts += 1
@@ -198,10 +221,8 @@ class RowWriter:
             self.written += n
         self.failing = False
 
-    def _prune(self, conn: sqlite3.Connection) -> None:
-        cutoff = time.time() - self.retention_days * 86400
-        with conn:
-            deleted = conn.execute(f"DELETE FROM {TABLE} WHERE ts < ?", (cutoff,)).rowcount
+    def _prune(self, conn: Any) -> None:
+        deleted = self.backend.prune(conn, time.time() - self.retention_days * 86400)
         self.pruned += deleted
         if deleted:
             log.info("ledger: deleted %d rows older than %g days", deleted, self.retention_days)

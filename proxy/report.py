@@ -1,6 +1,6 @@
 """``context-engine report``: the bill before and after, from the ledger.
 
-``--by model|rule|session|day|api``, ``--format table|json|csv``; the A/B comparison is
+``--by model|rule|session|day|api|replica``, ``--format table|json|csv``; the A/B comparison is
 added when the ledger holds ``ab`` rows. See ``proxy/aggregate.py`` for the cost model:
 the original cost is an *estimate* (counterfactual cache use) or *billed*; the actual
 cost is always *billed*.

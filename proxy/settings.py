@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from proxy.ledger import ledger_kind
 from proxy.profiles import CacheOptions, Profile, parse_cache, parse_profiles
 from rules import DEFAULT_RULES, REGISTRY
 
@@ -44,10 +45,14 @@ class Settings:
                                    metadata={"help": "seconds to wait for a connection"})
     max_body_bytes: int = field(default=32 * 1024 * 1024,
                                 metadata={"help": "largest request body accepted (413 above)"})
-    ledger: str = field(default=".context-engine/ledger.db",
-                        metadata={"help": "SQLite ledger path (one row per request)"})
+    ledger: str = field(default=".context-engine/ledger.db", metadata={
+        "help": "one row per request: a SQLite file path, or postgresql://… shared by replicas"})
     ledger_retention_days: float = field(
         default=0.0, metadata={"help": "delete ledger rows older than this many days (0 = keep forever)"})
+    replica: str = field(default="", metadata={
+        "help": "this process's name in the ledger's replica column (default: host name:port)"})
+    otel: bool = field(default=False, metadata={
+        "help": "emit an OpenTelemetry span per request over OTLP (standard OTEL_* variables)"})
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
@@ -228,6 +233,10 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"port: {s.port} is out of range 1-65535")
     if not 0.0 <= s.ab_share <= 1.0:
         raise ConfigError(f"ab_share: {s.ab_share} must be between 0 and 1")
+    try:
+        ledger_kind(s.ledger)
+    except ValueError as exc:
+        raise ConfigError(f"ledger: {exc}") from None
     if s.ledger_retention_days < 0:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:

@@ -28,6 +28,7 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
         "failed_open_share": total.failed_open / total.requests if total.requests else 0.0,
         "by_model": [t.as_dict() for t in totals_by(rows, "model")],
         "by_api": [t.as_dict() for t in totals_by(rows, "api")],
+        "by_replica": [t.as_dict() for t in totals_by(rows, "replica")],
         "by_rule": [r.as_dict() for r in by_rule(rows)],
         "cache_breaks": cache_breaks(rows),
         "over_time": {"bucket": "hour" if span <= 3 * 86400 else "day",

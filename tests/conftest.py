@@ -83,3 +83,32 @@ def start_proxy(mock: MockUpstream, tmp_path: Path) -> Iterator[Any]:
     yield start
     for server in running:
         server.__exit__(None, None, None)
+
+
+def _service(what: str, start: Any) -> Any:
+    """Start a local service; without its Debian package, skip here but fail in CI
+    (``.ci/run`` installs it)."""
+    try:
+        return start()
+    except (FileNotFoundError, KeyError) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is needed in CI: {exc}")
+        pytest.skip(f"{what} is not available: {exc}")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A throwaway PostgreSQL server from Debian's binaries, on a free loopback port."""
+    from bench.fleet import Postgres
+
+    server = _service("PostgreSQL", Postgres)
+    with server:
+        yield server
+
+
+@pytest.fixture
+def pg_ledger(postgres: Any, request: Any) -> str:
+    """The URL of a fresh, empty database for one test's ledger."""
+    import re
+
+    return str(postgres.database("t_" + re.sub(r"\W", "_", request.node.name)[:50].lower()))

@@ -1,0 +1,210 @@
+"""The several-replica topology of ``deploy/`` as local processes: PostgreSQL, nginx and
+``serve`` replicas, each on a free loopback port in its own temporary folder.
+
+Used by ``tests/test_replicas.py`` and ``bench/overhead.py --replicas N`` where Docker
+is absent. PostgreSQL and nginx come from Debian's packages (``.ci/run`` installs them);
+PostgreSQL refuses to run as root, so as root its server runs as the ``postgres`` user
+the package creates. Redis is the one ``.ci/run`` starts.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+NGINX_AFFINITY = "hash $affinity consistent"  # deploy/nginx.conf uses the same directive
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(url: str, limit: float = 60.0, proc: Any = None) -> None:
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the process serving {url} exited with {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def pg_bin() -> str | None:
+    """The folder holding ``initdb`` and ``pg_ctl`` (on PATH, else Debian's newest)."""
+    found = shutil.which("pg_ctl")
+    if found and shutil.which("initdb"):
+        return os.path.dirname(os.path.realpath(found))
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+                      key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    return os.path.dirname(versions[-1]) if versions else None
+
+
+def nginx_bin() -> str | None:
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+
+
+class Postgres:
+    """A throwaway PostgreSQL server (trust auth on loopback only, fsync off)."""
+
+    def __init__(self) -> None:
+        self.bin = pg_bin()
+        if self.bin is None:
+            raise FileNotFoundError("PostgreSQL is not installed (apt-get install postgresql)")
+        self.port = free_port()
+        self.root = tempfile.mkdtemp(prefix="ce-pg-")
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            self.user = "postgres"
+            entry = pwd.getpwnam(self.user)  # KeyError: no such user to run the server as
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self.url = f"postgresql://ce@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([os.path.join(str(self.bin), args[0]), *args[1:]], cwd=self.root,
+                       user=self.user, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=120)
+
+    def __enter__(self) -> "Postgres":
+        data = os.path.join(self.root, "data")
+        self._run("initdb", "-D", data, "-U", "ce", "--auth=trust", "-E", "UTF8", "--no-sync")
+        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
+        self._run("pg_ctl", "-D", data, "-o", options, "-l", os.path.join(self.root, "log"),
+                  "-w", "-t", "60", "start")
+        return self
+
+    def database(self, name: str) -> str:
+        """A fresh database ``name`` (dropped first if it exists); its URL."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._run("pg_ctl", "-D", os.path.join(self.root, "data"), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def nginx_conf(port: int, backends: list[int], root: str) -> str:
+    """nginx in front of the replicas: a session's requests to one replica (its
+    ``X-Session-Id``; requests without one spread), bodies and responses streamed."""
+    servers = "\n".join(f"    server 127.0.0.1:{b} max_fails=0;" for b in backends)
+    temp = "\n".join(f"  {k}_temp_path {root}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    return f"""daemon off;
+worker_processes 1;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+{temp}
+  map $http_x_session_id $affinity {{ "" $request_id; default $http_x_session_id; }}
+  upstream replicas {{
+    {NGINX_AFFINITY};
+{servers}
+    keepalive 64;
+  }}
+  server {{
+    listen 127.0.0.1:{port};
+    client_max_body_size 64m;
+    location / {{
+      proxy_pass http://replicas;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+      proxy_next_upstream error;
+    }}
+  }}
+}}
+"""
+
+
+class Nginx:
+    def __init__(self, backends: list[int]) -> None:
+        binary = nginx_bin()
+        if binary is None:
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx-light)")
+        self.port = free_port()
+        self.root = tempfile.mkdtemp(prefix="ce-nginx-")
+        conf = os.path.join(self.root, "nginx.conf")
+        Path(conf).write_text(nginx_conf(self.port, backends, self.root))
+        self.cmd = [binary, "-c", conf, "-p", self.root, "-e", os.path.join(self.root, "error.log")]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: Any = None
+
+    def __enter__(self) -> "Nginx":
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_up(self.url + "/healthz", 30, self.proc)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Replica:
+    """``context-engine serve`` as its own process (``flags`` as --key value)."""
+
+    def __init__(self, name: str, config: str, env: dict[str, str] | None = None,
+                 **flags: str) -> None:
+        self.name, self.port = name, free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(self.port),
+                    "--config", config]
+        for key, value in flags.items():
+            self.cmd += [f"--{key}", value]
+        self.env = {**os.environ, "PYTHONPATH": str(REPO), "CONTEXT_ENGINE_REPLICA": name,
+                    "CONTEXT_ENGINE_LOG_LEVEL": "warning", **(env or {})}
+        self.proc: Any = None
+
+    def start(self) -> "Replica":
+        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=str(REPO))
+        wait_up(self.url + "/healthz", 120, self.proc)
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM: requests in flight finish, the ledger is flushed, then it exits."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "Replica":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
