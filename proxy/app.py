@@ -87,6 +87,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({
             **health(ledger, engine.store, finisher), "version": __version__, "mode": settings.mode,
+            "replica": ledger.replica, "texts_embedded": engine.embedded(),
             "rules": engine.pipeline.names, "upstream": redact_url(settings.upstream),
             "rule_failures": dict(engine.stats.rule_failures),
             "invariant_failures": engine.stats.invariant_failures,

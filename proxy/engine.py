@@ -137,6 +137,11 @@ class Engine:
                 log.exception("prefetch of rule %s failed", rule.name)
         return done
 
+    def embedded(self) -> int:
+        """Texts this process has sent to an embedder (the rules that embed keep a ``cache``)."""
+        rules = {id(r): r for p in self.pipelines.values() for r in p.rules}.values()
+        return sum(int(getattr(getattr(r, "cache", None), "embedded", 0) or 0) for r in rules)
+
     def lane_stats(self) -> dict[str, int]:
         return {"workers": self.requests.workers, "queued": self.requests.queued,
                 "shed": self.requests.shed, "deadline": self.stats.failed_open_by["deadline"],

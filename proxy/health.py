@@ -39,6 +39,8 @@ def watch(metrics: Any, ledger: Ledger, store: Any, finisher: Finisher) -> None:
                   lambda: ledger.health()["queued"])
     metrics.watch("context_engine_ledger_writer_up", "1 while the ledger writer is alive and writing",
                   lambda: float(ledger.health()["state"] == "ok"))
+    metrics.watch("context_engine_texts_embedded", "Texts this process sent to the embedder "
+                  "(the rest were found in the store)", finisher.engine.embedded)
     metrics.watch("context_engine_shadow_skipped", "Shadow rewrites skipped because the backlog was full",
                   lambda: finisher.skipped_shadow)
     metrics.watch("context_engine_store_up", "1 while the store answers (0: outage, rules fail open)",
