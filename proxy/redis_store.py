@@ -29,5 +29,9 @@ class RedisStore:
     def set(self, key: str, value: bytes) -> None:
         self._client.set(self._prefix + key, value)
 
+    def claim(self, key: str, seconds: float) -> bool:
+        """``key`` set for ``seconds`` if absent (SET NX PX); whether this call set it."""
+        return bool(self._client.set(self._prefix + key, b"", nx=True, px=max(1, int(seconds * 1000))))
+
     def close(self) -> None:
         self._client.close()

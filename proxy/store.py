@@ -8,6 +8,8 @@ Values are bytes; keys are short strings.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Protocol
 
 
@@ -20,16 +22,31 @@ class Store(Protocol):
 
     def set(self, key: str, value: bytes) -> None: ...
 
+    # Optional: ``claim(key, seconds) -> bool`` sets ``key`` only if it is absent, for
+    # ``seconds``, and says whether it did (one embedder per text: rules/embedding_cache.py).
+
 
 class MemoryStore:
     def __init__(self) -> None:
         self._data: dict[str, bytes] = {}
+        self._claims: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
         return self._data.get(key)
 
     def set(self, key: str, value: bytes) -> None:
         self._data[key] = value
+
+    def claim(self, key: str, seconds: float) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if self._claims.get(key, 0.0) > now:
+                return False
+            if len(self._claims) > 10_000:  # expired claims go; live ones stay
+                self._claims = {k: t for k, t in self._claims.items() if t > now}
+            self._claims[key] = now + seconds
+            return True
 
 
 class DiskStore:
@@ -44,6 +61,9 @@ class DiskStore:
 
     def set(self, key: str, value: bytes) -> None:
         self._cache.set(key, value)
+
+    def claim(self, key: str, seconds: float) -> bool:
+        return bool(self._cache.add(key, b"", expire=seconds))
 
     def close(self) -> None:
         self._cache.close()

@@ -56,6 +56,17 @@ class GuardedStore:
             raise
         self.held.pop(key)
 
+    def claim(self, key: str, seconds: float) -> bool:
+        """Advisory (one embedder per text): with the store failing or its circuit open
+        the caller goes ahead (True), and the failure is not counted against the store."""
+        claim = getattr(self.inner, "claim", None)
+        if claim is None or self.state != "closed":
+            return True
+        try:
+            return bool(claim(key, seconds))
+        except self.errors:
+            return True
+
     def health(self) -> dict[str, Any]:
         with self._lock:
             state = "ok" if self.state == "closed" else "down" if self.state == "open" else "recovering"

@@ -9,8 +9,8 @@
 - ``litellm``: any provider embedding model (``litellm.embedding``), configured by name.
 
 Every embedder returns float32 rows of unit length, so inner product is cosine.
-``EmbeddingCache`` keeps each text's vector in the store under the hash of (embedder,
-text): computed once, across sessions and restarts.
+``EmbeddingCache`` (``rules/embedding_cache.py``) keeps each text's vector in the store
+under the hash of (embedder, text): computed once, across sessions, restarts and replicas.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import threading
 from typing import Any, Protocol
 
 import numpy as np
@@ -214,53 +213,6 @@ class LiteLLMEmbedder:
         return _normalize(rows)
 
 
-class EmbeddingCache:
-    """Embeddings stored under the hash of (embedder, text): computed once, ever."""
-
-    def __init__(self, embedder: Embedder, store: Any) -> None:
-        self.embedder = embedder
-        self.store = store
-        self.embedded = 0  # texts sent to the embedder (tests count them)
-        self._lock = threading.Lock()
-
-    def _key(self, text: str) -> str:
-        return f"emb:{self.embedder.name}:" + hashlib.sha256(text.encode()).hexdigest()[:32]
-
-    def lookup(self, texts: list[str]) -> list[np.ndarray | None]:
-        """The stored vector of each text, None where there is none (nothing embedded)."""
-        rows: list[np.ndarray | None] = []
-        for text in texts:
-            raw = self.store.get(self._key(text))
-            rows.append(np.frombuffer(raw, dtype=np.float32) if raw else None)
-        return rows
-
-    def _embed_missing(self, texts: list[str], rows: list[np.ndarray | None]) -> int:
-        """Embed and store the texts whose row is None (filled in place); returns how many."""
-        missing = sorted({texts[i] for i, r in enumerate(rows) if r is None})
-        if not missing:
-            return 0
-        with self._lock:
-            self.embedded += len(missing)
-        fresh = dict(zip(missing, self.embedder.embed(missing)))
-        for i, r in enumerate(rows):
-            if r is None:
-                rows[i] = fresh[texts[i]]
-        for text, vec in fresh.items():
-            self.store.set(self._key(text), vec.astype(np.float32).tobytes())
-        return len(missing)
-
-    def ensure(self, texts: list[str]) -> int:
-        """Make sure every text has a stored vector; returns how many were embedded."""
-        return self._embed_missing(texts, self.lookup(texts))
-
-    def get(self, texts: list[str]) -> np.ndarray:
-        rows = self.lookup(texts)
-        self._embed_missing(texts, rows)
-        if not rows:
-            return np.zeros((0, self.embedder.dim), dtype=np.float32)
-        return np.stack([r for r in rows if r is not None]).astype(np.float32)
-
-
 def make_embedder(spec: str) -> Embedder:
     """``minilm`` | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm when installed)."""
     if spec in ("auto", "minilm"):
@@ -275,3 +227,6 @@ def make_embedder(spec: str) -> Embedder:
     if spec.startswith("litellm:"):
         return LiteLLMEmbedder(spec.split(":", 1)[1])
     raise ValueError(f"embedder {spec!r}: expected auto, minilm, hashing or litellm:<model>")
+
+
+from rules.embedding_cache import EmbeddingCache  # noqa: E402,F401  (its home; also imported from here)
