@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -25,7 +26,7 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-NGINX_AFFINITY = "hash $affinity consistent"  # deploy/nginx.conf uses the same directive
+DEPLOY_NGINX = REPO / "deploy" / "nginx.conf"
 
 
 def free_port() -> int:
@@ -108,47 +109,23 @@ class Postgres:
 
 
 def nginx_conf(port: int, backends: list[int], root: str) -> str:
-    """nginx in front of the replicas: a session's requests to one replica (its
-    ``X-Session-Id``; requests without one spread), bodies and responses streamed."""
-    servers = "\n".join(f"    server 127.0.0.1:{b} max_fails=0;" for b in backends)
-    temp = "\n".join(f"  {k}_temp_path {root}/{k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-    return f"""daemon off;
-worker_processes 1;
-pid {root}/nginx.pid;
-error_log {root}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-{temp}
-  map $http_x_session_id $affinity {{ "" $request_id; default $http_x_session_id; }}
-  upstream replicas {{
-    {NGINX_AFFINITY};
-{servers}
-    keepalive 64;
-  }}
-  server {{
-    listen 127.0.0.1:{port};
-    client_max_body_size 64m;
-    location / {{
-      proxy_pass http://replicas;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host $http_host;
-      proxy_buffering off;
-      proxy_request_buffering off;
-      proxy_read_timeout 600s;
-      proxy_next_upstream error;
-    }}
-  }}
-}}
-"""
+    """``deploy/nginx.conf`` for local processes: its replicas → ``backends`` (loopback
+    ports), its listen port → ``port``, pid and temporary files under ``root``."""
+    text = DEPLOY_NGINX.read_text()
+    servers = re.findall(r"^ *server replica\d+:8787[^;]*;\n", text, flags=re.M)
+    assert servers and "listen 8787;" in text, "deploy/nginx.conf changed shape"
+    local = "".join(f"    server 127.0.0.1:{b} max_fails=0;\n" for b in backends)
+    text = text.replace("".join(servers), local).replace("listen 8787;", f"listen 127.0.0.1:{port};")
+    temp = "".join(f"  {k}_temp_path {root}/{k};\n" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    text = text.replace("worker_processes auto;", "worker_processes 1;").replace("http {\n", "http {\n" + temp, 1)
+    return f"daemon off;\npid {root}/nginx.pid;\n" + text.replace("/dev/stderr", f"{root}/error.log")
 
 
 class Nginx:
     def __init__(self, backends: list[int]) -> None:
         binary = nginx_bin()
         if binary is None:
-            raise FileNotFoundError("nginx is not installed (apt-get install nginx-light)")
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx)")
         self.port = free_port()
         self.root = tempfile.mkdtemp(prefix="ce-nginx-")
         conf = os.path.join(self.root, "nginx.conf")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from bench.cases import load_cases, request_points
-from bench.fleet import Nginx, Replica
+from bench.fleet import Nginx, Replica, nginx_bin
 from proxy.ledger import read_rows
 from tests.conftest import DATA, REPO, _service
 
@@ -37,6 +37,11 @@ rules: {fold_duplicates: true, tool_json: true, summarize: true, retrieve: true,
 rule_options:
   retrieve: {embedder: hashing, max_embed: 0}
 """
+
+
+def _need_nginx() -> None:
+    if nginx_bin() is None:
+        raise FileNotFoundError("nginx is not installed (apt-get install nginx)")
 
 
 def _sessions() -> dict[str, tuple[list[dict[str, Any]], list[int], Any]]:
@@ -100,7 +105,7 @@ def _pinned(nginx: Nginx, names: dict[str, Replica]) -> dict[str, str]:
 def test_two_replicas_behind_nginx_agree_with_one_replica(mock, postgres, pg_ledger, tmp_path):
     import redis
 
-    _service("nginx", lambda: Nginx([]))  # skip (or fail in CI) without nginx
+    _service("nginx", _need_nginx)  # skip here (fail in CI) without nginx
     redis.Redis.from_url(REDIS).flushdb()
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
