@@ -11,6 +11,9 @@ hand; the numbers go in the README, not in tests:
 
     python3 bench/overhead.py [--requests 300] [--rules fold_duplicates,tool_json,zones]
 
+``--replicas 2`` measures something else: throughput and p50 with one and two replicas
+behind nginx, sharing Redis and PostgreSQL (``bench/replicas.py``).
+
 ``--api chat,responses,anthropic`` sends the same conversation in each wire format (to
 ``/v1/chat/completions``, ``/v1/responses``, ``/v1/messages``), interleaved in one run,
 and reports each API apart.
@@ -179,8 +182,13 @@ def main() -> None:
                    help="comma-separated wire formats to send: chat, responses, anthropic")
     p.add_argument("--rules", default=",".join(DEFAULT_RULES),
                    help="rules of the shadow and rewrite proxies (default: the default rules)")
+    p.add_argument("--replicas", type=int, default=0,
+                   help="instead: throughput and p50 with 1 and N replicas behind nginx (bench/replicas.py)")
+    from bench import replicas
+
+    replicas.add_arguments(p)
     args = p.parse_args()
-    print(json.dumps(run(args), indent=2))
+    print(json.dumps(replicas.run(args) if args.replicas else run(args), indent=2))
 
 
 if __name__ == "__main__":
