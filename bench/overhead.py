@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,18 +32,13 @@ from typing import Any
 
 import httpx
 
+from bench.fleet import free_port, wait_up
 from rules import DEFAULT_RULES
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 
 WORDS = ("context engine proxy tokens cache prefix summary window retrieval budget zone "
          "rule ledger agent tool result schema template session turn").split()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def history(target_tokens: int) -> list[dict[str, Any]]:
@@ -55,17 +49,6 @@ def history(target_tokens: int) -> list[dict[str, Any]]:
         msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": text})
         i += 1
     return msgs
-
-
-def wait_up(url: str) -> None:
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
 
 
 def body_for(api: str, messages: list[dict[str, Any]]) -> bytes:

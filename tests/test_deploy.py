@@ -20,7 +20,8 @@ def test_compose_runs_two_replicas_on_shared_redis_and_postgres_behind_nginx():
     envs = [services[f"replica{i}"]["environment"] for i in (1, 2)]
     for env in envs:
         assert env["CONTEXT_ENGINE_STORE"].startswith("redis://redis:")
-        assert env["CONTEXT_ENGINE_LEDGER"].startswith("postgresql://") and "@postgres:5432/" in env["CONTEXT_ENGINE_LEDGER"]
+        ledger = env["CONTEXT_ENGINE_LEDGER"]
+        assert ledger.startswith("postgresql://") and "@postgres:5432/" in ledger
         assert "CONTEXT_ENGINE_ADMIN_TOKEN" in env and "CONTEXT_ENGINE_SESSION_KEY" in env
         for key in env:  # every setting the file passes is one the proxy reads
             if key.startswith("CONTEXT_ENGINE_"):

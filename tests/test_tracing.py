@@ -64,7 +64,8 @@ def test_each_request_emits_a_span_with_its_attributes_and_an_upstream_child(moc
             time.sleep(0.01)
     spans = exporter.get_finished_spans()
     assert sorted(s.name for s in spans) == ["context-engine chat"] * 3 + ["upstream"] * 3
-    ok, second = [s for s in spans if s.name == "context-engine chat" and s.attributes["context_engine.model"] == "gpt-4o"]
+    ok, second = [s for s in spans
+                  if s.name == "context-engine chat" and s.attributes["context_engine.model"] == "gpt-4o"]
     up = next(s for s in spans if s.name == "upstream" and s.parent.span_id == ok.context.span_id)
     a = ok.attributes
     before, after = a["context_engine.tokens_before"], a["context_engine.tokens_after"]
