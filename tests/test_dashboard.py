@@ -60,6 +60,7 @@ def seed_rows(now: float) -> list[LedgerRow]:
         kw.setdefault("status", 200)
         kw.setdefault("completion_tokens", 120)
         kw.setdefault("upstream_ms", 800.0)
+        kw.setdefault("replica", "replica-a" if kw.get("session") == "s1" else "replica-b")
         return LedgerRow(ts=now - ago, path="/v1/chat/completions", **kw)
 
     rows = [
@@ -239,6 +240,13 @@ def test_dashboard_shows_the_ledger_numbers(browser: Any, dashboard_server: tupl
         shown_as(tr.find_element(By.CSS_SELECTOR, 'td[data-col="cost_original"]').text, m["cost_original"])
         shown_as(tr.find_element(By.CSS_SELECTOR, 'td[data-col="cost_actual"]').text, m["cost_actual"])
     assert len(browser.find_elements(By.CSS_SELECTOR, "#models tbody tr")) == 2
+
+    # Per replica: every process that wrote to the ledger.
+    assert [(r["key"], r["requests"]) for r in stats["by_replica"]] == [("replica-a", 2), ("replica-b", 11)]
+    for rep in stats["by_replica"]:
+        tr = browser.find_element(By.CSS_SELECTOR, f'#replicas tr[data-replica="{rep["key"]}"]')
+        for col in ("requests", "tokens_original", "tokens_sent"):
+            assert number(tr.find_element(By.CSS_SELECTOR, f'td[data-col="{col}"]').text) == rep[col]
 
     # A/B: per-arm numbers and the difference of the means.
     ab = stats["ab"]
