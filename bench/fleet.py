@@ -165,10 +165,17 @@ class Replica:
                     "CONTEXT_ENGINE_LOG_LEVEL": "warning", **(env or {})}
         self.proc: Any = None
 
-    def start(self) -> "Replica":
+    def launch(self) -> "Replica":
+        """Start the process (``wait`` for it to answer; several start in parallel)."""
         self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=str(REPO))
+        return self
+
+    def wait(self) -> "Replica":
         wait_up(self.url + "/healthz", 120, self.proc)
         return self
+
+    def start(self) -> "Replica":
+        return self.launch().wait()
 
     def stop(self) -> None:
         """SIGTERM: requests in flight finish, the ledger is flushed, then it exits."""
