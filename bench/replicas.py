@@ -59,8 +59,11 @@ def phase(n: int, args: argparse.Namespace, pg: Postgres, upstream: str, config:
 
     redis.Redis.from_url(args.redis).flushdb()
     ledger = pg.database(f"bench_{n}")
-    replicas = [Replica(f"r{i}", config, upstream=upstream, store=args.redis, ledger=ledger).start()
+    quiet = {"CONTEXT_ENGINE_LOG_LEVEL": "error"}  # an overloaded replica warns per shed rewrite
+    replicas = [Replica(f"r{i}", config, quiet, upstream=upstream, store=args.redis, ledger=ledger).launch()
                 for i in range(n)]
+    for r in replicas:
+        r.wait()
     try:
         with Nginx([r.port for r in replicas]) as nginx:
             procs = {"replicas": [r.proc for r in replicas], "nginx": _children(nginx.proc.pid),

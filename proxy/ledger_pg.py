@@ -67,13 +67,16 @@ def migrate(conn: Any) -> None:
             conn.execute(statement)
 
 
-def connect(url: str, timeout: float = 5.0) -> Any:
-    """A connection with the schema in place; ValueError naming the URL if it cannot."""
+def connect(url: str, timeout: float = 5.0, schema: bool = True) -> Any:
+    """A connection (with the schema in place unless ``schema`` is false); ValueError
+    naming the URL if it cannot."""
     psycopg = _psycopg()
     try:
         conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)), autocommit=True)
     except psycopg.Error as exc:
         raise ValueError(f"cannot connect to {redact(url)}: {str(exc).strip()}") from None
+    if not schema:
+        return conn
     try:
         migrate(conn)
     except psycopg.Error as exc:
@@ -105,9 +108,14 @@ class PostgresBackend:
 
 
 def read_rows(url: str, since: float | None = None) -> list[dict[str, Any]]:
-    """All rows (as dicts, like SQLite's) newer than ``since``, in the order written."""
+    """All rows (as dicts, like SQLite's) newer than ``since``, in the order written; none
+    before a server has created the table."""
+    from psycopg.errors import UndefinedTable
     from psycopg.rows import dict_row
 
-    with connect(url) as conn, conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(f"SELECT * FROM {TABLE} WHERE ts >= %s ORDER BY id", (since or 0,))
+    with connect(url, schema=False) as conn, conn.cursor(row_factory=dict_row) as cur:
+        try:
+            cur.execute(f"SELECT * FROM {TABLE} WHERE ts >= %s ORDER BY id", (since or 0,))
+        except UndefinedTable:
+            return []
         return [dict(r) for r in cur.fetchall()]

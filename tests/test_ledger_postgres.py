@@ -163,3 +163,9 @@ def test_an_unreachable_database_stops_start_up_naming_the_setting(postgres):
                              "--ledger", url], capture_output=True, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert report.returncode == 2 and "ledger: cannot connect" in report.stderr
+
+
+def test_report_on_a_database_no_server_has_written_to_is_empty_and_creates_nothing(pg_ledger):
+    assert read_rows(pg_ledger) == []
+    with psycopg.connect(pg_ledger) as conn:
+        assert conn.execute("SELECT to_regclass('requests')").fetchone() == (None,)
