@@ -70,9 +70,10 @@ class Postgres:
         if self.bin is None:
             raise FileNotFoundError("PostgreSQL is not installed (apt-get install postgresql)")
         self.port = free_port()
-        self.root = tempfile.mkdtemp(prefix="ce-pg-")
+        root = os.geteuid() == 0  # the server then runs as postgres, who must reach its folder
+        self.root = tempfile.mkdtemp(prefix="ce-pg-", dir="/tmp" if root else None)
         self.user: str | None = None
-        if os.geteuid() == 0:
+        if root:
             self.user = "postgres"
             entry = pwd.getpwnam(self.user)  # KeyError: no such user to run the server as
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
@@ -85,7 +86,7 @@ class Postgres:
 
     def __enter__(self) -> "Postgres":
         data = os.path.join(self.root, "data")
-        self._run("initdb", "-D", data, "-U", "ce", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self._run("initdb", "-D", data, "-U", "ce", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
         self._run("pg_ctl", "-D", data, "-o", options, "-l", os.path.join(self.root, "log"),

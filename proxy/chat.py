@@ -105,7 +105,8 @@ class ChatCompletions:
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         row = LedgerRow(session=sid, model=_text(body.chat.get("model")), mode=mode, arm=arm,
-                        path=request.url.path, stream=body.stream, api=self.adapter.name)
+                        path=request.url.path, stream=body.stream, api=self.adapter.name,
+                        traceparent=request.headers.get("traceparent", "")[:128])
         row.context.update(body.notes)
         rewrite = None
         if arm == "rewrite" and body.rewritable and choice != "off":

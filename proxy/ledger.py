@@ -86,6 +86,7 @@ class LedgerRow:
     api: str = "chat"  # chat | responses | anthropic (the wire format)
     cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens
     replica: str = ""  # the process that served it (``replica`` setting; several share a ledger)
+    traceparent: str = ""  # the client's W3C trace context, if it sent one: its span's parent
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)

@@ -12,8 +12,9 @@ it starts when the request arrived and ends when the last response byte was rela
 ``upstream`` starts when the request went upstream. Attributes (``context_engine.*``):
 session, model, api, mode, arm, tokens before and after, each rule's saved tokens and
 milliseconds, billed, cached and cache-write tokens, where the cached prefix broke and
-which rule broke it, failed open, status. The client's own trace headers are forwarded
-upstream untouched; the proxy adds none (transparency).
+which rule broke it, failed open, status. When the client sent a W3C ``traceparent``,
+the span joins that trace as its child (the ledger row keeps the header). The client's
+trace headers are forwarded upstream untouched; the proxy adds none (transparency).
 """
 
 from __future__ import annotations
@@ -86,10 +87,14 @@ class RequestTracer:
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
         start = int(row.ts * NS)
         sent = start + int(row.proxy_ms * 1e6)
         end = sent + int(row.upstream_ms * 1e6)
-        span = self.tracer.start_span(f"context-engine {row.api}", kind=SpanKind.SERVER,
+        parent = TraceContextTextMapPropagator().extract({"traceparent": row.traceparent}) \
+            if row.traceparent else None  # the agent's own trace, when it sent one
+        span = self.tracer.start_span(f"context-engine {row.api}", context=parent, kind=SpanKind.SERVER,
                                       start_time=start, attributes=attributes(row))
         with trace.use_span(span, end_on_exit=False):
             child = self.tracer.start_span("upstream", kind=SpanKind.CLIENT, start_time=sent,

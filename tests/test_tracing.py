@@ -24,6 +24,7 @@ from proxy.store import MemoryStore
 from proxy.tracing import make_tracer
 from tests.conftest import REPO
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 ROWS = json.dumps({"rows": [{"id": f"R{i}", "seat": None, "note": "", "ok": True} for i in range(40)]}, indent=2)
 
 
@@ -55,7 +56,8 @@ def test_each_request_emits_a_span_with_its_attributes_and_an_upstream_child(moc
         r = httpx.post(server.url + "/v1/chat/completions", headers={"x-session-id": "trace-1"},
                        json={"model": "gpt-4o", "messages": edited})
         assert r.status_code == 200
-        r = httpx.post(server.url + "/v1/chat/completions", json={"model": "mock-500", "messages": [
+        r = httpx.post(server.url + "/v1/chat/completions", headers={"traceparent": TRACEPARENT},
+                       json={"model": "mock-500", "messages": [
             {"role": "user", "content": "fail please"}]})
         assert r.status_code == 500
         app.state.ledger.flush()
@@ -82,6 +84,10 @@ def test_each_request_emits_a_span_with_its_attributes_and_an_upstream_child(moc
     assert up.context.trace_id == ok.context.trace_id
     failed = next(s for s in spans if s.name == "context-engine chat" and s not in (ok, second))
     assert failed.status.status_code.name == "ERROR" and failed.attributes["http.response.status_code"] == 500
+    # the agent's own trace: the request's span is a child of the span it named
+    assert f"{failed.context.trace_id:032x}" == TRACEPARENT.split("-")[1]
+    assert f"{failed.parent.span_id:016x}" == TRACEPARENT.split("-")[2] and ok.parent is None
+    assert mock.received[-1].headers["traceparent"] == TRACEPARENT  # forwarded as sent
     rows = read_rows(settings.ledger)
     assert rows[0]["tokens_original"] == before and rows[0]["tokens_sent"] == after
 
