@@ -7,7 +7,8 @@ first) and one PostgreSQL ledger (a throwaway server), and a loopback upstream
 answering after ``--delay`` seconds (``bench.load_mock``). Phase 1 puts one replica
 behind nginx, phase 2 puts ``--replicas``; each phase runs ``--sessions`` concurrent
 sessions replaying real agent traces (``bench/load.py``'s client) for ``--duration``
-seconds. Reports requests per second, the p50/p95 round trip minus the upstream delay,
+seconds. Reports requests per second, the p50/p95 round trip minus the time the upstream
+held the request,
 ledger rows against requests, and the CPU seconds each kind of process used (on a
 machine with few cores, what saturates is what limits).
 """
@@ -75,7 +76,7 @@ def phase(n: int, args: argparse.Namespace, pg: Postgres, upstream: str, config:
         for r in replicas:
             r.stop()  # flushes the ledger
     ok = [o for o in outcomes if o.status == 200 and not o.error]
-    added = [(o.seconds - args.delay) * 1000 for o in ok]
+    added = [(o.seconds - (args.delay if o.upstream_s is None else o.upstream_s)) * 1000 for o in ok]
     return {"replicas": n, "requests": len(outcomes), "errors": len(outcomes) - len(ok),
             "wall_s": round(wall, 1), "throughput_rps": round(len(ok) / wall, 2),
             "added_p50_ms": round(statistics.median(added), 1) if added else None,
@@ -116,4 +117,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="agent_traces", help="--replicas: cases replayed")
     for name, default in (("skip", 0), ("turns", 0)):
         p.add_argument(f"--{name}", type=int, default=default, help=argparse.SUPPRESS)
-    p.set_defaults(stream=False)
+    p.set_defaults(stream=False, no_stagger=False)
