@@ -85,13 +85,23 @@ class Postgres:
                        stderr=subprocess.PIPE, timeout=120)
 
     def __enter__(self) -> "Postgres":
-        data = os.path.join(self.root, "data")
-        self._run("initdb", "-D", data, "-U", "ce", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+        self._run("initdb", "-D", self.data, "-U", "ce", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+        return self.start()
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.root, "data")
+
+    def start(self) -> "Postgres":
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
-        self._run("pg_ctl", "-D", data, "-o", options, "-l", os.path.join(self.root, "log"),
+        self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"),
                   "-w", "-t", "60", "start")
         return self
+
+    def stop(self, mode: str = "fast") -> None:
+        """``fast`` keeps what was committed; ``immediate`` (no fsync here) may not."""
+        self._run("pg_ctl", "-D", self.data, "-m", mode, "-w", "stop")
 
     def database(self, name: str) -> str:
         """A fresh database ``name`` (dropped first if it exists); its URL."""
@@ -104,7 +114,7 @@ class Postgres:
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            self._run("pg_ctl", "-D", os.path.join(self.root, "data"), "-m", "immediate", "stop")
+            self.stop("immediate")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -169,3 +169,23 @@ def test_report_on_a_database_no_server_has_written_to_is_empty_and_creates_noth
     assert read_rows(pg_ledger) == []
     with psycopg.connect(pg_ledger) as conn:
         assert conn.execute("SELECT to_regclass('requests')").fetchone() == (None,)
+
+
+def test_while_postgres_is_down_rows_are_dropped_and_counted_then_writing_resumes(tmp_path):
+    from bench.fleet import Postgres
+
+    with Postgres() as server:
+        url = server.database("outage")
+        ledger = _write(url, [LedgerRow(model="before")])
+        server.stop()
+        ledger.record(LedgerRow(model="during"))
+        assert ledger.flush(30)
+        health = ledger.health()
+        assert health["state"] == "failing" and health["dropped"] == 1
+        assert "cannot connect" in health["last_error"]
+        server.start()
+        ledger.record(LedgerRow(model="after"))
+        assert ledger.flush(30)
+        assert ledger.health()["state"] == "ok" and ledger.health()["written"] == 2
+        assert [r["model"] for r in read_rows(url)] == ["before", "after"]
+        ledger.close()
