@@ -216,10 +216,13 @@ class LiteLLMEmbedder:
 
 def make_embedder(spec: str) -> Embedder:
     """``minilm`` | ``minilm-ort`` | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm
-    when installed). ``minilm-ort`` runs the same pinned weights in ONNX Runtime
-    (``embedder_onnx``; the ``onnx`` extra)."""
+    when installed: in ONNX Runtime when the ``onnx`` extra is, else in numpy).
+    ``minilm-ort`` runs the same pinned weights in ONNX Runtime (``embedder_onnx``):
+    the same evidence on the dev files, twice as fast (``bench/embedders.py``)."""
     if spec in ("auto", "minilm", "minilm-ort"):
         folder = minilm_dir()
+        if spec == "auto" and folder is not None and _has_onnxruntime():
+            spec = "minilm-ort"
         if folder is not None and spec == "minilm-ort":
             from rules.embedder_onnx import OnnxMiniLMEmbedder
 
@@ -235,6 +238,10 @@ def make_embedder(spec: str) -> Embedder:
         return LiteLLMEmbedder(spec.split(":", 1)[1])
     raise ValueError(f"embedder {spec!r}: expected auto, minilm, minilm-ort, hashing or "
                      "litellm:<model>")
+
+
+def _has_onnxruntime() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
 
 
 from rules.embedding_cache import EmbeddingCache  # noqa: E402,F401  (its home; also imported from here)

@@ -7,6 +7,11 @@ would both embed it, so each missing text is first *claimed* in the store (Redis
 ``SET NX`` with an expiry, ``store.claim``): the claimant embeds and stores it, the
 others wait up to ``CLAIM_WAIT`` seconds for the stored vector, then embed it themselves
 (a claimant that died never blocks anyone for long). A store without ``claim`` skips it.
+
+A request never waits on a claim (``get_unclaimed``): the claimant may be the background
+lane, which runs at the lowest priority and yields to requests, so waiting for it
+would stall the request until the rules' deadline. A text claimed elsewhere is left
+without a vector for that request (BM25 ranks it, as it ranks texts past ``max_embed``).
 """
 
 from __future__ import annotations
@@ -94,6 +99,14 @@ class EmbeddingCache:
             if r is None:
                 rows[i] = fresh[texts[i]]
         return len(mine) + len(late)
+
+    def get_unclaimed(self, texts: list[str]) -> list[np.ndarray | None]:
+        """Each text's vector: stored, or embedded here; None for a text another caller
+        has claimed (it is being embedded elsewhere; never waited for)."""
+        rows = self.lookup(texts)
+        missing = sorted({texts[i] for i, r in enumerate(rows) if r is None})
+        fresh = self._embed(self._claim(missing)[0]) if missing else {}
+        return [r if r is not None else fresh.get(t) for t, r in zip(texts, rows)]
 
     def ensure(self, texts: list[str]) -> int:
         """Make sure every text has a stored vector; returns how many were embedded."""

@@ -226,7 +226,10 @@ class SessionIndex:
             listed = set(first)
             first += [i for i in missing if i not in listed]
             take = first if cap is None else first[:cap]
-            for i, vec in zip(take, self.cache.get([self.chunks[i].embed_text for i in take])):
+            texts = [self.chunks[i].embed_text for i in take]
+            # capped (a request's allowance): never wait for a text being embedded elsewhere
+            got = self.cache.get(texts) if cap is None else self.cache.get_unclaimed(texts)
+            for i, vec in zip(take, got):
                 self._rows[i] = vec
             missing = [i for i in missing if self._rows[i] is None]
         if len(missing) < len(found):

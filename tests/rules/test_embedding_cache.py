@@ -82,3 +82,19 @@ def test_a_claim_expires(seconds):
     assert store.claim("k", seconds) and not store.claim("k", seconds)
     time.sleep(seconds * 2)
     assert store.claim("k", seconds)
+
+
+def test_a_request_never_waits_for_a_text_claimed_elsewhere():
+    """The claimant may be the background lane (lowest priority, yields to requests):
+    a request leaves that text without a vector instead of waiting for it."""
+    store = MemoryStore()
+    cache = EmbeddingCache(SlowEmbedder(), store)
+    assert store.claim("claim:" + cache._key("busy"), 60)  # the background lane embeds it
+    start = time.monotonic()
+    rows = cache.get_unclaimed(["busy", "fresh", "busy"])
+    assert time.monotonic() - start < embedding_cache.CLAIM_WAIT / 2
+    assert rows[0] is None and rows[2] is None and cache.embedded == 1
+    assert np.allclose(rows[1], HashingEmbedder().embed(["fresh"])[0])
+    store.set(cache._key("busy"), HashingEmbedder().embed(["busy"])[0].tobytes())  # it lands
+    assert np.allclose(cache.get_unclaimed(["busy"])[0], HashingEmbedder().embed(["busy"])[0])
+    assert cache.embedded == 1
