@@ -3,7 +3,12 @@
 - Counterfactual: what the provider would have billed as cache reads and writes had
   the client sent its *original* request directly, from the session's earlier original
   requests (``proxy.cache_model``; ``openai`` or ``anthropic`` from the model's
-  ``litellm_provider``). ``aggregate.row_costs`` prices the original with it.
+  ``litellm_provider``). ``aggregate.row_costs`` prices the original with it. Every
+  API is estimated on its adapter's neutral form (Chat Completions messages, Responses
+  input items, Anthropic system + messages with their ``cache_control`` blocks). A
+  Responses request continuing server-held history (``previous_response_id``,
+  ``conversation``) shows the proxy only its new items: the provider's cached prefix is
+  that history either way, so the original's reads are taken as billed.
 - Prefix diagnostics of what the proxy sent against what it sent last for the session:
   tokens of the kept prefix; when it broke, the first changed message index (-1: the
   tool definitions) and the cause: ``client`` (its own history changed), the first rule
@@ -33,7 +38,9 @@ from proxy.prefix import MARK, SegmentCache, Signature, digest, shared_segments,
 from proxy.pricing import price_for
 from proxy.tokens import counter_for_model
 
-KNOWN_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
+KNOWN_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal",  # chat
+                         "image", "document", "search_result",  # Anthropic blocks
+                         "input_text", "input_image", "input_file", "output_text"})  # Responses
 MISS_MIN = cache_model.OPENAI_MIN
 
 
@@ -95,10 +102,14 @@ class BillEstimator:
         tools = body.get("tools") if isinstance(body.get("tools"), list) else None
         notes = notes + input_notes(original, tools)
         row.cache_notes = "; ".join(notes)[:500]
-        if not row.status or row.status >= 400 or getattr(row, "api", "chat") != "chat":
-            return  # nothing was billed or cached; other wire formats: not estimated yet
+        if not row.status or row.status >= 400:
+            return  # nothing was billed or cached
         kind = caching_kind(row.model)
         row.billing = kind
+        if row.context.get("server_state"):  # the provider holds the history: same prefix
+            row.est_cached_original = row.cached_tokens or 0
+            row.est_write_original = row.cache_write_tokens or 0
+            return
         st = self._state(row.session, kind)
         counter, _ = counter_for_model(row.model)
         memo: dict[int, tuple[bytes, int]] = {}
@@ -107,7 +118,8 @@ class BillEstimator:
         est = cache_model.use(kind, orig_sig, st.original, now, row.model)
         row.est_cached_original, row.est_write_original = est.read, est.write
         result = rewrite.result if rewrite is not None else None
-        rewritten = result is not None and row.arm == "rewrite" and not result.failed_open
+        rewritten = result is not None and row.arm == "rewrite" and not result.failed_open \
+            and not row.failed_open  # row: also a rewrite the wire format could not carry
         sent = result.ctx.messages if rewritten else original
         sent_sig = orig_sig if sent is original else signature(sent, tools, counter, memo, self.segments)
         expected = cache_model.use(kind, sent_sig, st.sent, now, row.model)

@@ -4,6 +4,10 @@ A *block* is a content part of a message whose content is a list, or a whole mes
 whose content is a string (a marker then sits on the message). After the rules ran:
 
 - a client's ``cache_control`` on a block the rules kept stays on it;
+- one on a tool result a rule rewrote in place (the same ``tool_call_id`` at the same
+  place, its content compacted or folded) stays on that result's last block: the
+  prefix up to it is what the client asked the provider to cache, and a marker moved
+  back would leave the newest result uncached once and written on the next turn;
 - one on a block a rule replaced or dropped moves to the nearest kept block before it
   (lost only if no block before it was kept);
 - markers the rules carried elsewhere are removed: there are never more than the
@@ -62,6 +66,33 @@ def kept_positions(original: list[Any], rewritten: list[Any]) -> list[int | None
     return out
 
 
+def in_place(original: list[Any], rewritten: list[Any], pos: list[int | None]) -> list[int | None]:
+    """For each original tool result that is not kept verbatim, the index of the rewrite's
+    tool result with the same ``tool_call_id``, in order between the kept messages."""
+    taken = {k for k in pos if k is not None}
+    ids: dict[Any, int] = {}
+    for k, m in enumerate(rewritten):
+        if isinstance(m, dict) and m.get("role") == "tool" and k not in taken:
+            ids.setdefault(m.get("tool_call_id"), k)
+    out: list[int | None] = []
+    floor = -1
+    nxt = [len(rewritten)] * (len(pos) + 1)  # the next kept position after each message
+    for i in range(len(pos) - 1, -1, -1):
+        nxt[i] = pos[i] if pos[i] is not None else nxt[i + 1]
+    for i, m in enumerate(original):
+        k = None
+        if pos[i] is not None:
+            floor = pos[i]
+        elif isinstance(m, dict) and m.get("role") == "tool" and m.get("tool_call_id") is not None:
+            k = ids.get(m.get("tool_call_id"))
+            if k is None or not floor < k < nxt[i + 1]:
+                k = None
+            else:
+                floor = k
+        out.append(k)
+    return out
+
+
 def _last_spot(k: int, m: dict[str, Any], as_part: bool = False) -> Spot:
     """The last block of message ``k``; a part marker moved onto string content makes it
     one text part (providers render both the same)."""
@@ -74,6 +105,7 @@ def _last_spot(k: int, m: dict[str, Any], as_part: bool = False) -> Spot:
 def targets(original: list[Any], rewritten: list[Any]) -> tuple[dict[Spot, Any], Moves]:
     """Where each of the client's markers goes in the rewrite, and what moved."""
     pos = kept_positions(original, rewritten)
+    redone = in_place(original, rewritten, pos)
     want: dict[Spot, Any] = {}
     moves = Moves()
     last: int | None = None
@@ -85,6 +117,14 @@ def targets(original: list[Any], rewritten: list[Any]) -> tuple[dict[Spot, Any],
                 want.setdefault((k, j), value)
                 moves.kept += 1
             last = k
+            continue
+        if redone[i] is not None:
+            last = redone[i]
+            for j, value in marks:
+                moves.kept += 1
+                spot = _last_spot(last, rewritten[last], as_part=j >= 0)
+                if not any(s[0] == last and s[1] < 0 for s in want) or spot[1] >= 0:
+                    want.setdefault(spot, value)
             continue
         for j, value in marks:
             if last is None:

@@ -4,7 +4,8 @@ It records every request it receives (path, headers, raw body) and answers like 
 chat-completions API: plain or streamed (SSE), with a tool call (as deltas when
 streamed) when the request offers tools and the last message is a user turn. It
 simulates provider prompt caching: ``cached_tokens`` is the longest prefix, in whole
-128-token steps from 1024 on, shared with an earlier request's messages.
+128-token steps from 1024 on, shared with an earlier request's messages (``cache_control``
+markers left out: providers key the cache on content).
 
 Models named ``mock-429``, ``mock-500`` and ``mock-slow-<seconds>`` answer with that
 error, or after that delay, so tests can drive the proxy's error paths.
@@ -35,6 +36,7 @@ from proxy import mock_apis
 from proxy.adapters.anthropic import parse as parse_anthropic
 from proxy.adapters.responses import parse as parse_responses
 from proxy.mock_apis import next_reply as _next_reply
+from proxy.prefix import strip_marks
 from proxy.tokens import TokenCounter
 
 
@@ -85,8 +87,8 @@ def _prompt_tokens(state: MockState, body: dict[str, Any], neutral: list[Any] | 
     if not state.simulate_cache:
         return 0, 0
     parts: list[int] = []
-    for m in body.get("messages", []) if items is None else items:
-        parts.extend(_encode(json.dumps(m, sort_keys=True, ensure_ascii=False)))
+    for m in body.get("messages", []) if items is None else items:  # markers are not content
+        parts.extend(_encode(json.dumps(strip_marks(m), sort_keys=True, ensure_ascii=False)))
     total = state.counter.request(body.get("messages", []) if neutral is None else neutral,
                                   body.get("tools"))
     return total, min(_cached(state, parts), total)
@@ -187,6 +189,8 @@ def build_mock_app(state: MockState) -> Starlette:
         body = json.loads(raw)
         neutral = parse_responses(raw).chat["messages"]
         items = body.get("input") if isinstance(body.get("input"), list) else [body.get("input")]
+        if isinstance(body.get("instructions"), str):  # rendered before the input
+            items = [body["instructions"]] + items
         prompt, cached = _prompt_tokens(state, body, neutral, items)
         reply = _next_reply(state, "responses", body.get("tools") or [], neutral)
         usage = mock_apis.responses_usage(prompt, cached)
@@ -200,7 +204,8 @@ def build_mock_app(state: MockState) -> Starlette:
         raw = await record(request)
         body = json.loads(raw)
         neutral = parse_anthropic(raw).chat["messages"]
-        prompt, cached = _prompt_tokens(state, body, neutral, body.get("messages"))
+        system = [body["system"]] if body.get("system") else []  # rendered before the messages
+        prompt, cached = _prompt_tokens(state, body, neutral, system + list(body.get("messages") or []))
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
         usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw)
         if body.get("stream"):

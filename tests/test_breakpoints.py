@@ -1,7 +1,8 @@
 """Cache breakpoints survive rewrites: property tests over generated conversations.
 
-The generator knows which messages a simulated rewrite kept, replaced, dropped or
-inserted, so the expected markers come from that record, not from the code under test.
+The generator knows which messages a simulated rewrite kept, compacted in place (a tool
+result keeping its ``tool_call_id``), replaced, dropped or inserted, so the expected
+markers come from that record, not from the code under test.
 """
 
 from __future__ import annotations
@@ -24,11 +25,15 @@ def conversation(draw):
     msgs = []
     for i in range(n):
         role = "system" if i == 0 and draw(st.booleans()) else ("user" if i % 2 else "assistant")
+        if role == "user" and draw(st.booleans()):
+            role = "tool"
         if draw(st.booleans()):
             parts = [{"type": "text", "text": f"m{i} part {j}"} for j in range(draw(st.integers(1, 3)))]
             msgs.append({"role": role, "content": parts})
         else:
             msgs.append({"role": role, "content": f"message {i}"})
+        if role == "tool":
+            msgs[-1]["tool_call_id"] = f"call_{i}"
     blocks = []
     for i, m in enumerate(msgs):
         blocks.append((i, -1))
@@ -41,23 +46,33 @@ def conversation(draw):
             msgs[i][MARK] = ttl
         else:
             msgs[i]["content"][j][MARK] = ttl
-    ops = draw(st.lists(st.sampled_from(["keep", "copy", "replace", "drop"]), min_size=n, max_size=n))
+    ops = draw(st.lists(st.sampled_from(["keep", "copy", "replace", "drop", "compact"]),
+                        min_size=n, max_size=n))
     inserts = draw(st.lists(st.integers(0, n), max_size=3))
     return msgs, ops, inserts
 
 
-def rewrite(msgs, ops, inserts):
-    """A rule-like rewrite: returns the new list and, per original message, where it went."""
+def rewrite(msgs, ops, inserts, compacted=None):
+    """A rule-like rewrite: returns the new list and, per original message, where it went
+    unchanged (``compacted``, if given, gets where each tool result compacted in place went)."""
     out, where = [], []
+    compacted = {} if compacted is None else compacted
     for i, (m, op) in enumerate(zip(msgs, ops)):
         for _ in range(inserts.count(i)):
             out.append({"role": "user", "content": f"inserted before {i}"})
         if op == "drop":
             where.append(None)
             continue
+        if op == "compact" and m["role"] == "tool":  # tool_json: same call id, new content
+            compacted[i] = len(out)
+            out.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": f"compact {i}"})
+            where.append(None)
+            continue
         if op == "replace":
             keep_marks = dict(m)  # a careless rule: a new content, the message's marker copied
             keep_marks["content"] = f"summary of {i}"
+            if m["role"] == "tool":  # its call id kept: a tool result rewritten in place
+                compacted[i] = len(out)
             out.append(keep_marks)
             where.append(None)
             continue
@@ -80,7 +95,7 @@ def marked(messages):
     return got
 
 
-def expected(msgs, out, where):
+def expected(msgs, out, where, compacted=None):
     want = {}
     last = None
     for i, m in enumerate(msgs):
@@ -92,6 +107,8 @@ def expected(msgs, out, where):
                 want.setdefault((where[i], j), v)
             last = where[i]
             continue
+        if compacted and i in compacted:
+            last = compacted[i]  # the compacted result's markers stay on it, as on a kept block
         for j, v in own:
             if last is None:
                 continue  # nothing kept before it: lost
@@ -107,14 +124,15 @@ def expected(msgs, out, where):
 def test_markers_stay_on_kept_blocks_and_move_back_from_replaced_ones(case):
     msgs, ops, inserts = case
     before = json.dumps(msgs)
-    out, where = rewrite(msgs, ops, inserts)
+    compacted = {}
+    out, where = rewrite(msgs, ops, inserts, compacted)
     got, moves = restore(msgs, out)
     assert json.dumps(msgs) == before, "the client's request is never mutated"
     assert len(got) == len(out)
     for a, b in zip(got, out):  # only markers change
         assert canonical(a) == canonical(b)
     have = marked(got)
-    assert have == expected(msgs, out, where)
+    assert have == expected(msgs, out, where, compacted)
     n_client = len(marked(msgs))
     assert len(have) <= n_client
     assert moves.kept + moves.moved + moves.lost == n_client
@@ -146,14 +164,27 @@ def test_auto_breakpoints_only_where_the_client_set_none():
 
 
 def _naive_where(msgs, out):
-    """Per original message, the output index of an equal message (markers aside), in order."""
+    """Per original message, the output index of an equal message (markers aside), in
+    order; and where each other tool result went under its call id (compacted in place)."""
     where, floor = [], -1
     for m in msgs:
         hit = next((k for k in range(floor + 1, len(out)) if canonical(out[k]) == canonical(m)), None)
         if hit is not None:
             floor = hit
         where.append(hit)
-    return where
+    compacted, floor = {}, -1
+    for i, m in enumerate(msgs):
+        if where[i] is not None:
+            floor = where[i]
+            continue
+        later = [w for w in where[i + 1:] if w is not None]
+        upper = later[0] if later else len(out)
+        hit = next((k for k in range(floor + 1, upper) if m.get("role") == "tool"
+                    and out[k].get("role") == "tool" and k not in where
+                    and out[k].get("tool_call_id") == m.get("tool_call_id")), None)
+        if hit is not None:
+            compacted[i] = floor = hit
+    return where, compacted
 
 
 @st.composite
@@ -199,5 +230,33 @@ def test_real_rules_never_move_lose_or_add_a_breakpoint_against_the_rules(msgs):
     if out is msgs:
         return  # nothing rewritten: the client's bytes go out
     bare = [canonical(m) for m in out]
-    where = _naive_where(msgs, bare)
-    assert marked(out) == expected(msgs, bare, where)
+    where, compacted = _naive_where(msgs, bare)
+    assert marked(out) == expected(msgs, bare, where, compacted)
+
+
+def test_a_marker_on_the_newest_tool_result_stays_on_its_compacted_form():
+    """Claude Code marks the newest message; when that is a tool result tool_json
+    compacts, the marker stays on the compacted result (the prefix the client asked to
+    cache), not on the assistant message before it."""
+    import asyncio
+
+    from proxy.engine import Engine
+    from proxy.settings import load_settings
+    from proxy.store import MemoryStore
+
+    rows = [{"id": k, "name": f"item {k}", "note": None, "tags": []} for k in range(8)]
+    msgs = [{"role": "system", "content": "You are an agent."},
+            {"role": "user", "content": "list the items"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"rows": rows}, indent=2),
+             MARK: CC}]
+    settings = load_settings(flags={"rules": "tool_json", "store": "memory://"}, env={},
+                             config_path="/dev/null")
+    engine = Engine(settings, store=MemoryStore())
+    try:
+        out = asyncio.run(engine.rewrite({"model": "gpt-4o", "messages": msgs}, "bp")).result.ctx.messages
+    finally:
+        engine.close()
+    assert out[3]["content"] != msgs[3]["content"]  # compacted
+    assert marked(out) == {(3, "msg"): CC}

@@ -4,7 +4,8 @@
 is a container: a user message becomes one ``tool`` message per ``tool_result`` block
 plus a user message with its other blocks; an assistant message becomes one assistant
 message whose ``tool_use`` blocks are ``tool_calls``. Blocks keep their keys
-(``cache_control`` included). ``thinking``, ``redacted_thinking``, server tool blocks,
+(``cache_control`` included; a ``tool_result``'s sits on its tool message, so rules and
+the bill see the client's breakpoints, and goes back with the rewritten result). ``thinking``, ``redacted_thinking``, server tool blocks,
 ``compaction`` and unknown blocks are opaque: they go back as their exact text.
 
 After a rewrite the messages are written back so the request stays valid: neighbours
@@ -22,6 +23,7 @@ from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Par
                                  groups, join_pieces, neutral_body, rebuild_units)
 from proxy.errors import BadRequest, ProxyError
 from proxy.jsonspan import array_spans, decode_request, replace_spans, value_start
+from proxy.prefix import MARK
 
 CONTENT = {"text", "image", "document", "search_result"}
 # block type -> unit kind, per role (anything else is opaque)
@@ -86,7 +88,9 @@ def _result_content(content: Any) -> Any:
 
 
 def _patch_result(u: Unit, m: dict[str, Any]) -> str:
-    return dumps({**u.obj, "content": _result_content(m.get("content"))})
+    mark = {MARK: m[MARK]} if MARK in m else {}
+    return dumps({**{k: v for k, v in u.obj.items() if k != MARK}, "content": _result_content(m.get("content")),
+                  **mark})
 
 
 def _new_call(call: dict[str, Any]) -> str:
@@ -165,7 +169,8 @@ class MessagesRequest:
                     calls.append(_neutral_call(blk))
                 else:
                     neutral.append({"role": "tool", "tool_call_id": blk["tool_use_id"],
-                                    "content": _tool_content(blk), SRC: src})
+                                    "content": _tool_content(blk), SRC: src,
+                                    **({MARK: blk[MARK]} if MARK in blk else {})})
             if parts or calls or held or not content:
                 main: dict[str, Any] = {"role": role, "content": parts or (
                     None if calls else [PLACEHOLDER]), SRC: src}
