@@ -198,7 +198,11 @@ class BillTotals:
         harness = 1 - self.billed / self.direct if self.direct else None
         report = 1 - self.report_actual / self.report_original if self.report_original else None
         gap = None if harness is None or report is None else round(100 * (report - harness), 2)
-        return {"model": None, "requests": self.requests,
+        # A/B: the passthrough arm's bill (direct) against the counterfactual estimate of the
+        # same original requests, and the rewrite arm's bill against the report's actual
+        est_err = round(100 * (self.report_original / self.direct - 1), 2) if self.direct else None
+        return {"model": None, "requests": self.requests, "estimate_vs_direct_pct": est_err,
+                "report_original_usd": round(self.report_original, 4),
                 "cost_vs_direct": None if harness is None else round(1 - harness, 4),
                 "harness_saving": None if harness is None else round(harness, 4),
                 "report_saving": None if report is None else round(report, 4),

@@ -81,6 +81,25 @@ def _billed(b: dict[str, Any] | None) -> str:
     return f"{b['cost_vs_direct']:.3f}x ({'-' if gap is None else f'{gap:+.1f} pt'})"
 
 
+def ab_table(file: str, result: dict[str, Any]) -> Table | None:
+    """The replay as an A/B test (each request billed in both arms by the simulator) beside
+    the counterfactual estimate the report uses for the original."""
+    rows = [(name, kind, b) for name, s in result["systems"].items()
+            for kind, b in sorted(s["replay"].get("billing", {}).items()) if b.get("direct_usd")]
+    if not rows:
+        return None
+    table = Table(title=escape(f"{file}: A/B arms vs the counterfactual estimate (input tokens)"))
+    for col in ("system", "billing", "passthrough arm $", "rewrite arm $", "A/B saving",
+                "estimate of original $", "estimate − passthrough arm", "report saving"):
+        table.add_column(col, justify="left" if col in ("system", "billing") else "right")
+    for name, kind, b in rows:
+        err = b.get("estimate_vs_direct_pct")
+        table.add_row(escape(name), kind, f"{b['direct_usd']:.4f}", f"{b['billed_usd']:.4f}",
+                      _pct(b.get("harness_saving")), f"{b.get('report_original_usd', 0):.4f}",
+                      "-" if err is None else f"{err:+.1f}%", _pct(b.get("report_saving")))
+    return table
+
+
 def rules_table(file: str, result: dict[str, Any]) -> Table | None:
     rows = []
     for name, s in result["systems"].items():
@@ -123,6 +142,9 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         else:
             console.print(single_table(file, result))
         console.print(latency_growth(file, result))
+        ab = ab_table(file, result) if report["mode"] == "replay" else None
+        if ab is not None:
+            console.print(ab)
         table = rules_table(file, result)
         if table is not None:
             console.print(table)

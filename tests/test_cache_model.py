@@ -111,3 +111,33 @@ def test_report_equals_the_bill_when_nothing_is_rewritten():
     b = t.bill
     assert b.direct == b.billed and b.requests == 20
     assert abs(b.report_original / b.report_actual - 1) < 0.03
+
+
+def test_replay_shows_the_ab_arms_beside_the_estimate():
+    from rich.console import Console
+
+    from bench.report import ab_table
+
+    class Case:
+        id = "c2"
+        messages = turns(40)
+        tools = None
+
+    class T:
+        bill = None
+
+        def add_bill(self, b):
+            self.bill = b
+
+    t = T()
+    asyncio.run(billing.replay_anthropic(Case, _Same(), COUNTER, t))
+    totals = billing.BillTotals()
+    totals.add(t.bill)
+    summary = totals.summary()
+    assert summary["harness_saving"] == 0.0  # both arms sent the same requests
+    assert abs(summary["estimate_vs_direct_pct"]) < 3  # the estimate of the original vs its bill
+    result = {"systems": {"none": {"replay": {"billing": {"anthropic": summary}}}}}
+    console = Console(width=200, record=True)
+    console.print(ab_table("f", result))
+    text = console.export_text()
+    assert "passthrough arm $" in text and f"{summary['estimate_vs_direct_pct']:+.1f}%" in text
