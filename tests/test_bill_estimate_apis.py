@@ -9,22 +9,15 @@ import anthropic
 
 from proxy.aggregate import overall
 from proxy.context import RequestContext
-from tests.fake_rules import NoConfig
-from tests.test_bill_estimate import _text, conversation
+from tests.test_bill_estimate import FoldEveryThird, _text, conversation
 
 CC = {"type": "ephemeral"}
 
 
-class FoldEveryThirdKeepingRoles:
+class FoldEveryThirdKeepingRoles(FoldEveryThird):
     """The messages between the first user turn and the last 4 or more become one
     assistant summary that changes every third turn (roles keep alternating, as every
     wire format needs)."""
-
-    name = "fold_every_third"
-    Config = NoConfig
-
-    def __init__(self, *a: object) -> None:
-        pass
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         m = ctx.messages

@@ -94,9 +94,11 @@ class _Same:
         return Outcome(list(messages), 0.0)
 
 
-def test_report_equals_the_bill_when_nothing_is_rewritten():
+def _unchanged_replay(case_id: str) -> billing.CaseBill:
+    """A 40-message conversation replayed by an Anthropic client, sent unchanged."""
+
     class Case:
-        id = "c1"
+        id = case_id
         messages = turns(40)
         tools = None
 
@@ -108,7 +110,11 @@ def test_report_equals_the_bill_when_nothing_is_rewritten():
 
     t = T()
     asyncio.run(billing.replay_anthropic(Case, _Same(), COUNTER, t))
-    b = t.bill
+    return t.bill
+
+
+def test_report_equals_the_bill_when_nothing_is_rewritten():
+    b = _unchanged_replay("c1")
     assert b.direct == b.billed and b.requests == 20
     assert abs(b.report_original / b.report_actual - 1) < 0.03
 
@@ -118,21 +124,8 @@ def test_replay_shows_the_ab_arms_beside_the_estimate():
 
     from bench.report import ab_table
 
-    class Case:
-        id = "c2"
-        messages = turns(40)
-        tools = None
-
-    class T:
-        bill = None
-
-        def add_bill(self, b):
-            self.bill = b
-
-    t = T()
-    asyncio.run(billing.replay_anthropic(Case, _Same(), COUNTER, t))
     totals = billing.BillTotals()
-    totals.add(t.bill)
+    totals.add(_unchanged_replay("c2"))
     summary = totals.summary()
     assert summary["harness_saving"] == 0.0  # both arms sent the same requests
     assert abs(summary["estimate_vs_direct_pct"]) < 3  # the estimate of the original vs its bill
