@@ -231,7 +231,7 @@ def test_real_rules_never_move_lose_or_add_a_breakpoint_against_the_rules(msgs):
         return  # nothing rewritten: the client's bytes go out
     bare = [canonical(m) for m in out]
     where, compacted = _naive_where(msgs, bare)
-    assert marked(out) == expected(msgs, bare, where, compacted)
+    assert marked(out) == expected(msgs, out, where, compacted)  # the parts as sent
 
 
 def test_a_marker_on_the_newest_tool_result_stays_on_its_compacted_form():
