@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
                                  groups, join_pieces, neutral_body, rebuild_units)
 from proxy.errors import BadRequest, ProxyError
@@ -29,6 +30,8 @@ KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
          "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
 SYSTEM = -1
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
+
+MEMO = TranslationMemo()
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
@@ -134,8 +137,18 @@ class MessagesRequest:
         system = self.data.get("system")
         if system:
             self.messages.append({"role": "system", "content": system, SRC: SYSTEM})
-        for i, m in enumerate(self.data["messages"]):
-            self._read(i, m)
+        own = len(self.messages)
+        messages, span = self.data["messages"], self.spans["messages"]
+        kept = MEMO.find(self.text, span[0]) if self.rewritable else None
+        if kept is not None:  # messages this conversation sent before, translated then
+            self.messages.extend(kept[1])
+        for i in range(kept[0] if kept else 0, len(messages)):
+            self._read(i, messages[i])
+        if self.rewritable and messages:
+            cut = len(self.messages)
+            while cut > own and self.messages[cut - 1][SRC] == len(messages) - 1:
+                cut -= 1
+            MEMO.keep(self.text, span, messages[-1], (len(messages) - 1, tuple(self.messages[own:cut])))
 
     def _read(self, i: int, m: Any) -> None:
         """One message into its container and neutral messages (``BadRequest`` if invalid)."""
