@@ -166,11 +166,28 @@ def anthropic_blocks(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]
     return blocks
 
 
-def anthropic_usage(prompt: int, cached: int, cache_control: bool) -> dict[str, Any]:
+def anthropic_usage(prompt: int, cached: int, cache_control: bool,
+                    compact: bool = False) -> dict[str, Any]:
+    """Usage as Anthropic reports it. ``compact`` (server-side compaction asked for): a
+    summarising step reads the whole prompt first, then the reply reads the summary;
+    the top level shows the last step only and ``iterations`` lists both."""
     write = prompt - cached if cache_control else 0
-    return {"input_tokens": prompt - cached - write, "cache_creation_input_tokens": write,
-            "cache_read_input_tokens": cached, "output_tokens": 9,
-            "service_tier": "standard"}
+    usage = {"input_tokens": prompt - cached - write, "cache_creation_input_tokens": write,
+             "cache_read_input_tokens": cached, "output_tokens": 9, "service_tier": "standard"}
+    if compact:
+        reply = {"input_tokens": 50, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                 "output_tokens": 9}
+        summary = {**{k: usage[k] for k in reply}, "output_tokens": 300}
+        usage = {**usage, **reply, "iterations": [{"type": "compaction", **summary},
+                                                  {"type": "message", **reply}]}
+    return usage
+
+
+def asks_compaction(body: dict[str, Any]) -> bool:
+    edits = body.get("context_management")
+    edits = edits.get("edits") if isinstance(edits, dict) else None
+    return any(isinstance(e, dict) and str(e.get("type", "")).startswith("compact")
+               for e in edits or ())
 
 
 def anthropic_message(body: dict[str, Any], reply: Reply, usage: dict[str, Any]) -> dict[str, Any]:
@@ -210,5 +227,6 @@ async def anthropic_stream(body: dict[str, Any], reply: Reply, usage: dict[str, 
     yield sse("message_delta", {"type": "message_delta",
                                 "delta": {"stop_reason": "tool_use" if reply.tool else "end_turn",
                                           "stop_sequence": None},
-                                "usage": {"output_tokens": usage["output_tokens"]}})
+                                "usage": {k: v for k, v in usage.items() if k != "service_tier"}
+                                if "iterations" in usage else {"output_tokens": usage["output_tokens"]}})
     yield sse("message_stop", {"type": "message_stop"})

@@ -202,7 +202,8 @@ def build_mock_app(state: MockState) -> Starlette:
         neutral = parse_anthropic(raw).chat["messages"]
         prompt, cached = _prompt_tokens(state, body, neutral, body.get("messages"))
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
-        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw)
+        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw,
+                                          mock_apis.asks_compaction(body))
         if body.get("stream"):
             return StreamingResponse(mock_apis.anthropic_stream(body, reply, usage),
                                      media_type="text/event-stream", headers={"request-id": "req_mock"})
