@@ -21,7 +21,7 @@ from typing import Any
 from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
                                  groups, join_pieces, neutral_body, rebuild_units)
-from proxy.errors import BadRequest, ProxyError
+from proxy.errors import BadRequest, ProxyError, anthropic_body
 from proxy.jsonspan import array_spans, decode_request, replace_spans, value_start
 
 CONTENT = {"text", "image", "document", "search_result"}
@@ -33,15 +33,10 @@ ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of 
 
 MEMO = TranslationMemo()
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-               504: "timeout_error"}
-
 
 def error_body(exc: ProxyError) -> bytes:
     """The proxy's own errors in Anthropic's shape."""
-    kind = ERROR_TYPES.get(exc.status, "api_error")
-    return json.dumps({"type": "error", "error": {"type": kind, "message": exc.message}}).encode()
+    return anthropic_body(exc.status, exc.message)
 
 
 def _check(data: dict[str, Any]) -> None:
