@@ -37,7 +37,9 @@ ODD_RESPONSES = [
     {"type": "future_kind", "payload": [1, 2.50, None, {"x": "ü"}]},
 ]
 BAD_RESPONSES = [{"role": "user"}, {"type": "function_call_output", "output": "x"}, 7, "text",
-                 {"no_type": True}, {"type": "message", "role": "robot", "content": "x"}]
+                 {"no_type": True}, {"type": "message", "role": "robot", "content": "x"},
+                 {"type": "message", "role": "user", "content": [5, {"type": "input_text"}]},
+                 {"type": "function_call", "call_id": "c9", "name": 5, "arguments": {"not": "a string"}}]
 ODD_BLOCKS = [
     {"type": "thinking", "thinking": "hmm", "signature": "EqQB+/=="},
     {"type": "redacted_thinking", "data": "EmwKAh=="},
@@ -45,7 +47,9 @@ ODD_BLOCKS = [
     {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
     {"type": "future_block", "payload": [1, 2.50, None]},
 ]
-BAD_BLOCKS = [{"text": "no type"}, 5, {"type": "tool_use", "id": 3, "name": "x", "input": {}}]
+BAD_BLOCKS = [{"text": "no type"}, 5, {"type": "tool_use", "id": 3, "name": "x", "input": {}},
+              {"type": "text", "text": 5}, {"type": "tool_result", "tool_use_id": "toolu_x", "content": 7},
+              {"type": "image", "source": None}]
 
 
 def responses_body(turns: list[tuple[int, int | None]]) -> dict:
@@ -118,7 +122,7 @@ TURNS = st.lists(st.tuples(st.integers(-2, 9), st.none() | st.integers(0, 20)), 
 @given(api=st.sampled_from(["responses", "anthropic"]), turns=TURNS)
 def test_generated_bodies_never_5xx_and_keep_opaque_bytes(server, api, turns):
     proxy, upstream = server
-    turns = [(odd, bad if bad is not None and bad < 6 else None) for odd, bad in turns]
+    turns = [(odd, bad if bad is not None and bad < 8 else None) for odd, bad in turns]
     body = (responses_body if api == "responses" else anthropic_body)(turns)
     raw = json.dumps(body).encode()
     before = len(upstream.received)
