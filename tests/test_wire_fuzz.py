@@ -111,8 +111,13 @@ def server():
                              env={}, config_path=os.devnull)
     app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
     with ServerThread(app) as s:
-        yield RunningProxy(s, app, settings.ledger), upstream
+        yield Served((RunningProxy(s, app, settings.ledger), upstream))
     upstream.close()
+
+
+class Served(tuple):
+    def __repr__(self) -> str:  # hypothesis prints its arguments on a failure: keep it short
+        return "<proxy and raw upstream>"
 
 
 TURNS = st.lists(st.tuples(st.integers(-2, 9), st.none() | st.integers(0, 20)), min_size=1, max_size=9)
