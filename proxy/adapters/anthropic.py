@@ -8,8 +8,9 @@ message whose ``tool_use`` blocks are ``tool_calls``. Blocks keep their keys
 ``compaction`` and unknown blocks are opaque: they go back as their exact text.
 
 After a rewrite the messages are written back so the request stays valid: neighbours
-of the same role merge, and every ``tool_result`` must answer a ``tool_use`` of the
-message before it, or the rewrite is refused (the original goes out).
+of the same role merge, a cut that leaves an assistant message first gets a short user
+message (``LEFT_OUT``) in front, and every ``tool_result`` must answer a ``tool_use`` of
+the message before it, or the rewrite is refused (the original goes out).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
-                                 groups, join_pieces, neutral_body, rebuild_units)
+                                 groups, join_pieces, neutral_body, plain_text, rebuild_units)
 from proxy.errors import BadRequest, ProxyError, anthropic_body
 from proxy.jsonspan import array_spans, decode_request, replace_spans, value_start
 
@@ -29,9 +30,13 @@ CONTENT = {"text", "image", "document", "search_result"}
 KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
          "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
 SYSTEM = -1
+TEXT = ("text",)
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
 MEMO = TranslationMemo()
+# Anthropic wants a user message first: a rewrite that cut the turns before an assistant
+# message gets this one in front
+LEFT_OUT = dumps({"type": "text", "text": "(earlier turns left out)"})
 
 
 def error_body(exc: ProxyError) -> bytes:
@@ -84,7 +89,10 @@ def _result_content(content: Any) -> Any:
 
 
 def _patch_result(u: Unit, m: dict[str, Any]) -> str:
-    return dumps({**u.obj, "content": _result_content(m.get("content"))})
+    content = m.get("content")
+    if isinstance(content, str) and isinstance(u.obj.get("content"), list):
+        content = [{"type": "text", "text": content}]  # the client's form (see plain_text)
+    return dumps({**u.obj, "content": _result_content(content)})
 
 
 def _new_call(call: dict[str, Any]) -> str:
@@ -95,7 +103,7 @@ def _new_call(call: dict[str, Any]) -> str:
 
 def _tool_content(block: dict[str, Any]) -> Any:
     content = block.get("content")
-    return content if isinstance(content, (str, list)) else ""
+    return plain_text(content, TEXT) if isinstance(content, (str, list)) else ""
 
 
 @dataclass
@@ -131,7 +139,7 @@ class MessagesRequest:
         self.meta: dict[str, tuple[str, str]] = {}
         system = self.data.get("system")
         if system:
-            self.messages.append({"role": "system", "content": system, SRC: SYSTEM})
+            self.messages.append({"role": "system", "content": plain_text(system, TEXT), SRC: SYSTEM})
         own = len(self.messages)
         messages, span = self.data["messages"], self.spans["messages"]
         kept = MEMO.find(self.text, span[0]) if self.rewritable else None
@@ -175,7 +183,7 @@ class MessagesRequest:
                     neutral.append({"role": "tool", "tool_call_id": blk["tool_use_id"],
                                     "content": _tool_content(blk), SRC: src})
             if parts or calls or held or not content:
-                main: dict[str, Any] = {"role": role, "content": parts or (
+                main: dict[str, Any] = {"role": role, "content": plain_text(parts, TEXT) or (
                     None if calls else [PLACEHOLDER]), SRC: src}
                 if calls:
                     main["tool_calls"] = calls
@@ -228,6 +236,8 @@ class MessagesRequest:
                 edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
         self._fill_raw()
         outs = self._merge([o for g in gs for o in self._group(g)])
+        if outs and outs[0].role != "user" and self.containers[0].obj["role"] == "user":
+            outs.insert(0, Out("user", [LEFT_OUT]))  # a cut that starts on an assistant turn
         new = self._pairing(outs) - self._pairing(
             [Out(c.obj["role"], [u.raw for u in c.units], n) for n, c in enumerate(self.containers)])
         if new:

@@ -17,7 +17,7 @@ from typing import Any
 
 from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
-                                 groups, join_pieces, neutral_body, rebuild_units)
+                                 groups, join_pieces, neutral_body, plain_text, rebuild_units)
 from proxy.errors import BadRequest, ProxyError
 from proxy.jsonspan import array_spans, decode_request, replace_spans
 
@@ -69,7 +69,7 @@ def _item_kind(i: int, item: Any) -> str:
 
 
 def _content(item: dict[str, Any]) -> Any:
-    return item.get("content")
+    return plain_text(item.get("content"), ("input_text", "output_text"))
 
 
 def _run_content(texts: list[dict[str, Any]], has_calls: bool) -> Any:
@@ -193,7 +193,7 @@ class ResponsesRequest:
                 self._run(run, n - len(run))
                 run = []
             if kind == "message":
-                m = {"role": item["role"], "content": item["content"], SRC: len(self.where)}
+                m = {"role": item["role"], "content": _content(item), SRC: len(self.where)}
             else:
                 output = item.get("output")
                 m = {"role": "tool", "tool_call_id": item["call_id"],
