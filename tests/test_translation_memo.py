@@ -90,3 +90,13 @@ def test_last_item_start_finds_the_comma_before_the_last_item():
         comma = last_item_start(text, 0, end, items[-1])
         assert json.loads(text[:comma] + "]") == items[:-1]
     assert last_item_start('[{"a": 1}]', 0, 9, {"a": 1}) is None
+
+
+def test_memo_stays_within_its_byte_cap(monkeypatch):
+    memo = TranslationMemo(max_entries=1000, max_bytes=200_000)
+    monkeypatch.setattr(anthropic, "MEMO", memo)
+    for n in range(40):  # distinct conversations of ~20 KB each
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{n} {i} " + "w" * 2000}
+                for i in range(10)]
+        anthropic.parse(json.dumps({"model": "m", "max_tokens": 5, "messages": msgs}).encode())
+    assert 0 < memo.cache.bytes <= 200_000 and memo.cache.evicted > 0
