@@ -223,3 +223,18 @@ def test_one_plain_text_block_reads_as_a_string_and_goes_back_as_a_block():
     sent = json.loads(parsed.splice([{**msgs[0], "content": "Hey"}, *msgs[1:]]))
     assert sent["input"][0]["content"] == [{"type": "input_text", "text": "Hey"}]
     assert parsed.splice([dict(m) for m in msgs]) == raw
+
+
+@pytest.mark.parametrize("api", ["anthropic", "responses"])
+def test_a_message_sent_empty_stays_when_a_rule_changes_another(api):
+    empty = {"role": "user", "content": []}
+    msgs = [empty, {"role": "assistant", "content": "old"}, {"role": "user", "content": "x"}]
+    body = {"model": "m", "max_tokens": 5, "messages": msgs} if api == "anthropic" else {
+        "model": "m", "input": [{"type": "message", **m} for m in msgs]}
+    raw = json.dumps(body).encode()
+    parsed = ADAPTERS[api].parse(raw)
+    neutral = [dict(m) for m in parsed.chat["messages"]]
+    neutral[1]["content"] = "…"
+    sent = json.loads(parsed.splice(neutral))
+    items = sent["messages" if api == "anthropic" else "input"]
+    assert len(items) == 3 and items[0]["content"] == [] and "…" in json.dumps(items[1], ensure_ascii=False)

@@ -281,7 +281,7 @@ class MessagesRequest:
         (tool results first); empty ones go. Neighbours the client sent stay as they are."""
         merged: list[Out] = []
         for o in outs:
-            if not o.blocks:
+            if not o.blocks and not o.raw:  # emptied by the rewrite (one sent empty stays)
                 continue
             prev = merged[-1] if merged else None
             sent_so = prev is not None and prev.orig is not None and o.orig == prev.orig + 1
