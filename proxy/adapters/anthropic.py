@@ -9,16 +9,16 @@ message whose ``tool_use`` blocks are ``tool_calls``. Blocks keep their keys
 
 After a rewrite the messages are written back so the request stays valid: neighbours
 of the same role merge, a cut that leaves an assistant message first gets a short user
-message (``LEFT_OUT``) in front, and every ``tool_result`` must answer a ``tool_use`` of
+message in front, and every ``tool_result`` must answer a ``tool_use`` of
 the message before it, or the rewrite is refused (the original goes out).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from proxy.adapters.anthropic_turns import Out, valid_turns
 from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
                                  groups, join_pieces, neutral_body, plain_text, rebuild_units)
@@ -34,9 +34,6 @@ TEXT = ("text",)
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
 MEMO = TranslationMemo()
-# Anthropic wants a user message first: a rewrite that cut the turns before an assistant
-# message gets this one in front
-LEFT_OUT = dumps({"type": "text", "text": "(earlier turns left out)"})
 
 
 def error_body(exc: ProxyError) -> bytes:
@@ -104,17 +101,6 @@ def _new_call(call: dict[str, Any]) -> str:
 def _tool_content(block: dict[str, Any]) -> Any:
     content = block.get("content")
     return plain_text(content, TEXT) if isinstance(content, (str, list)) else ""
-
-
-@dataclass
-class Out:
-    """One message on its way back: role, block texts, and ``src`` when it is unchanged."""
-
-    role: str
-    blocks: list[str]
-    src: int | None = None
-    raw: str = ""
-    orig: int | None = None  # the client's message it comes from, changed or not
 
 
 def _new_out(m: dict[str, Any]) -> Out:
@@ -235,13 +221,8 @@ class MessagesRequest:
             if first.messages[0] != self.messages[0]:
                 edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
         self._fill_raw()
-        outs = self._merge([o for g in gs for o in self._group(g)])
-        if outs and outs[0].role != "user" and self.containers[0].obj["role"] == "user":
-            outs.insert(0, Out("user", [LEFT_OUT]))  # a cut that starts on an assistant turn
-        new = self._pairing(outs) - self._pairing(
-            [Out(c.obj["role"], [u.raw for u in c.units], n) for n, c in enumerate(self.containers)])
-        if new:
-            raise ValueError(f"the rewrite would be invalid for Anthropic: {sorted(new)[:3]}")
+        sent = [Out(c.obj["role"], [u.raw for u in c.units], n) for n, c in enumerate(self.containers)]
+        outs = valid_turns([o for g in gs for o in self._group(g)], sent, self._kind_of)
         pieces = [(o.src, o.raw or '{"role":' + dumps(o.role) + ',"content":[' + ",".join(o.blocks) + "]}")
                   for o in outs]
         begin, end = self.spans["messages"]
@@ -275,39 +256,6 @@ class MessagesRequest:
             b = json.loads(block)
             known = self.meta[block] = (str(b.get("type")), str(b.get("id") or b.get("tool_use_id") or ""))
         return known
-
-    def _merge(self, outs: list[Out]) -> list[Out]:
-        """Neighbours of the same role that the rewrite made neighbours become one message
-        (tool results first); empty ones go. Neighbours the client sent stay as they are."""
-        merged: list[Out] = []
-        for o in outs:
-            if not o.blocks and not o.raw:  # emptied by the rewrite (one sent empty stays)
-                continue
-            prev = merged[-1] if merged else None
-            sent_so = prev is not None and prev.orig is not None and o.orig == prev.orig + 1
-            if prev is not None and prev.role == o.role and not sent_so:
-                blocks = merged[-1].blocks + o.blocks
-                results = [b for b in blocks if self._kind_of(b)[0] == "tool_result"]
-                merged[-1] = Out(o.role, results + [b for b in blocks if b not in results])
-            else:
-                merged.append(o)
-        return merged
-
-    def _pairing(self, outs: list[Out]) -> set[str]:
-        """Problems Anthropic would refuse: unanswered or stray tool ids, a leading assistant."""
-        found: set[str] = set()
-        prev: set[str] = set()
-        for o in outs:
-            kinds = [self._kind_of(b) for b in o.blocks]
-            calls = {k for t, k in kinds if t == "tool_use"}
-            results = {k for t, k in kinds if t == "tool_result"}
-            found |= {f"tool_result {r} without its tool_use" for r in results - prev}
-            if o.role == "user":
-                found |= {f"tool_use {c} without its result" for c in prev - results}
-            prev = calls
-        if outs and outs[0].role != "user":
-            found.add("the first message is not a user message")
-        return found
 
 
 def parse(raw: bytes) -> Parsed:
