@@ -42,8 +42,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     """404/405 of the proxy's own routes, in OpenAI's error shape (Anthropic's for an
     Anthropic client)."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    return error_json(status, f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}",
-                      "invalid_request_error", "not_found" if status == 404 else "method_not_allowed",
+    message = f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}"
+    code = "not_found" if status == 404 else "method_not_allowed"
+    return error_json(status, message, "invalid_request_error", code,
                       speaks_anthropic(request.url.path, request.headers))
 
 

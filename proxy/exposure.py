@@ -107,9 +107,10 @@ class HostCheck:
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
             if host is not None and not self._ok(host):
                 headers = {k.decode("latin-1"): "" for k, _ in scope["headers"]}
+                anthropic = speaks_anthropic(scope.get("path", ""), headers)
                 response = error_json(400, "The Host header does not name this server; add the "
                                       "name to allowed_hosts if it does.", "invalid_request_error",
-                                      "invalid_host", speaks_anthropic(scope.get("path", ""), headers))
+                                      "invalid_host", anthropic)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -183,6 +183,13 @@ def anthropic_usage(prompt: int, cached: int, cache_control: bool,
     return usage
 
 
+def _final_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """A stream's last usage: the output count, or every count when there are iterations."""
+    if "iterations" in usage:
+        return {k: v for k, v in usage.items() if k != "service_tier"}
+    return {"output_tokens": usage["output_tokens"]}
+
+
 def asks_compaction(body: dict[str, Any]) -> bool:
     edits = body.get("context_management")
     edits = edits.get("edits") if isinstance(edits, dict) else None
@@ -227,6 +234,5 @@ async def anthropic_stream(body: dict[str, Any], reply: Reply, usage: dict[str, 
     yield sse("message_delta", {"type": "message_delta",
                                 "delta": {"stop_reason": "tool_use" if reply.tool else "end_turn",
                                           "stop_sequence": None},
-                                "usage": {k: v for k, v in usage.items() if k != "service_tier"}
-                                if "iterations" in usage else {"output_tokens": usage["output_tokens"]}})
+                                "usage": _final_usage(usage)})
     yield sse("message_stop", {"type": "message_stop"})

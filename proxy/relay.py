@@ -8,9 +8,9 @@ client got; it must only schedule work (the ledger row, shadow rewrites, context
 metrics), never block.
 
 Faults stay faults. A body that breaks before anything was sent answers 502 (504 on a
-read timeout) in OpenAI's error shape (Anthropic's on its routes). A stream that breaks mid-way is aborted: the
-server drops the connection without the terminating chunk, so the client's SDK raises
-instead of acting on half an answer. A client that hangs up mid-stream closes the
+read timeout) in OpenAI's error shape (Anthropic's on its routes). A stream that breaks
+mid-way is aborted: the server drops the connection without the terminating chunk, so
+the client's SDK raises instead of acting on half an answer. A client that hangs up mid-stream closes the
 upstream stream at once; its row says ``client_disconnected``.
 """
 

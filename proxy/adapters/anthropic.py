@@ -125,7 +125,8 @@ class MessagesRequest:
         self.meta: dict[str, tuple[str, str]] = {}
         system = self.data.get("system")
         if system:
-            self.messages.append({"role": "system", "content": plain_text(system, TEXT), SRC: SYSTEM})
+            self.messages.append({"role": "system", "content": plain_text(system, TEXT),
+                                  SRC: SYSTEM})
         own = len(self.messages)
         messages, span = self.data["messages"], self.spans["messages"]
         kept = MEMO.find(self.text, span[0]) if self.rewritable else None
@@ -137,7 +138,8 @@ class MessagesRequest:
             cut = len(self.messages)
             while cut > own and self.messages[cut - 1][SRC] == len(messages) - 1:
                 cut -= 1
-            MEMO.keep(self.text, span, messages[-1], (len(messages) - 1, tuple(self.messages[own:cut])))
+            MEMO.keep(self.text, span, messages[-1],
+                      (len(messages) - 1, tuple(self.messages[own:cut])))
 
     def _read(self, i: int, m: Any) -> None:
         """One message into its container and neutral messages (``BadRequest`` if invalid)."""
@@ -221,7 +223,8 @@ class MessagesRequest:
             if first.messages[0] != self.messages[0]:
                 edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
         self._fill_raw()
-        sent = [Out(c.obj["role"], [u.raw for u in c.units], n) for n, c in enumerate(self.containers)]
+        sent = [Out(c.obj["role"], [u.raw for u in c.units], n)
+                for n, c in enumerate(self.containers)]
         outs = valid_turns([o for g in gs for o in self._group(g)], sent, self._kind_of)
         pieces = [(o.src, o.raw or '{"role":' + dumps(o.role) + ',"content":[' + ",".join(o.blocks) + "]}")
                   for o in outs]

@@ -170,8 +170,8 @@ class ResponsesRequest:
             last, cut = len(self.where) - 1, len(self.messages)
             while cut > own and self.messages[cut - 1][SRC] == last:
                 cut -= 1
-            MEMO.keep(self.text, span, items[-1], (tuple(self.where[:last]),
-                                                   tuple(self.messages[own:cut]), self.where[last][0]))
+            state = (tuple(self.where[:last]), tuple(self.messages[own:cut]), self.where[last][0])
+            MEMO.keep(self.text, span, items[-1], state)
 
     def _read_items(self, items: list[Any], first: int = 0) -> None:
         run: list[tuple[dict[str, Any], str]] = []  # the current run of assistant-side items
