@@ -22,6 +22,7 @@ from proxy.adapters import ANTHROPIC, RESPONSES
 from proxy.chat import ChatCompletions
 from proxy.dashboard import dashboard_html
 from proxy.engine import Engine
+from proxy.errors import error_json, speaks_anthropic
 from proxy.exposure import HostCheck, admin_only, check_exposure, is_loopback, redact_url
 from proxy.finish import Finisher
 from proxy.health import health, watch
@@ -38,13 +39,13 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
-    """404/405 of the proxy's own routes, in OpenAI's error shape."""
+    """404/405 of the proxy's own routes, in OpenAI's error shape (Anthropic's for an
+    Anthropic client)."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    return JSONResponse({"error": {"message": f"{request.method} {request.url.path}: "
-                                   f"{getattr(exc, 'detail', 'error')}",
-                                   "type": "invalid_request_error", "param": None,
-                                   "code": "not_found" if status == 404 else "method_not_allowed"}},
-                        status_code=status)
+    message = f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}"
+    code = "not_found" if status == 404 else "method_not_allowed"
+    return error_json(status, message, "invalid_request_error", code,
+                      speaks_anthropic(request.url.path, request.headers))
 
 
 def open_ledger(settings: Settings) -> Ledger:

@@ -97,7 +97,8 @@ class ChatCompletions:
 
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
-        return await relay(r, started, extra, done, buffer=True)
+        return await relay(r, started, extra, done, buffer=True,
+                           anthropic=self.adapter.name == "anthropic")
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None) -> tuple[LedgerRow, Rewrite | None, bytes]:

@@ -11,6 +11,11 @@ A fault after the response has started (a stream cut mid-way) cannot become a st
 the relay raises ``StreamAborted`` so the server drops the connection without a clean
 end, and the client's SDK raises.
 
+On Anthropic routes (``/v1/messages*``, or any request with an ``anthropic-version``
+header, which every Anthropic client sends) the same errors come in Anthropic's shape,
+``{"type": "error", "error": {"type", "message"}}``, with Anthropic's type for the
+status (502 ``api_error``, 504 ``timeout_error``, …), so its SDK raises its own class.
+
 Upstream errors (4xx/5xx, 429 with retry-after) are never wrapped: their status,
 headers and body pass through unchanged.
 """
@@ -18,8 +23,32 @@ headers and body pass through unchanged.
 from __future__ import annotations
 
 import json
+from typing import Mapping
 
 from starlette.responses import Response
+
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                   403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                   413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+                   529: "overloaded_error"}
+
+
+def speaks_anthropic(path: str, headers: Mapping[str, str]) -> bool:
+    """Whether a request is an Anthropic client's (its errors take Anthropic's shape)."""
+    return path.startswith(("/v1/messages", "/messages")) or "anthropic-version" in headers
+
+
+def anthropic_body(status: int, message: str) -> bytes:
+    kind = ANTHROPIC_TYPES.get(status, "api_error")
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+def error_json(status: int, message: str, kind: str, code: str | None, anthropic: bool,
+               headers: Mapping[str, str] | None = None) -> Response:
+    """An error of the proxy's own in OpenAI's shape, or Anthropic's when ``anthropic``."""
+    body = anthropic_body(status, message) if anthropic else json.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 class ProxyError(Exception):
@@ -72,5 +101,6 @@ class StreamAborted(Exception):
     connection instead of ending the body cleanly."""
 
 
-def error_response(exc: ProxyError) -> Response:
-    return Response(exc.body(), status_code=exc.status, media_type="application/json")
+def error_response(exc: ProxyError, anthropic: bool = False) -> Response:
+    body = anthropic_body(exc.status, exc.message) if anthropic else exc.body()
+    return Response(body, status_code=exc.status, media_type="application/json")

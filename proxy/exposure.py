@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from proxy.errors import error_json, speaks_anthropic
 from proxy.settings import ConfigError, Settings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -105,8 +106,11 @@ class HostCheck:
         if scope["type"] == "http":
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
             if host is not None and not self._ok(host):
-                response = _error(400, "The Host header does not name this server; add the "
-                                  "name to allowed_hosts if it does.", "invalid_host")
+                headers = {k.decode("latin-1"): "" for k, _ in scope["headers"]}
+                anthropic = speaks_anthropic(scope.get("path", ""), headers)
+                response = error_json(400, "The Host header does not name this server; add the "
+                                      "name to allowed_hosts if it does.", "invalid_request_error",
+                                      "invalid_host", anthropic)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

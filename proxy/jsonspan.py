@@ -115,7 +115,7 @@ def scrub_surrogates(text: str, data: Any, bad: Callable[[str], Exception]) -> A
     ``data`` itself, the same object, when there is none. JSON may escape one
     (``"\\ud800"``, a JS-truncated emoji); Python decodes it into a string UTF-8 cannot
     encode, so nothing downstream (tokenizer, session hash, ledger) could handle it."""
-    if "\\u" not in text or not _ESCAPED_SURROGATE.search(text):
+    if "\\" not in text or "\\u" not in text or not _ESCAPED_SURROGATE.search(text):  # memchr first
         return data
 
     def clean(value: Any) -> Any:

@@ -51,8 +51,9 @@ class BoundedCache(Generic[K, V]):
             self._data.move_to_end(key)
             return found[0]
 
-    def put(self, key: K, value: V) -> None:
-        cost = size_of(key) + size_of(value) + ENTRY_OVERHEAD
+    def put(self, key: K, value: V, cost: int | None = None) -> None:
+        """Keep ``value``, charged ``cost`` bytes (default: its measured size)."""
+        cost = size_of(key) + (size_of(value) if cost is None else cost) + ENTRY_OVERHEAD
         with self._lock:
             old = self._data.pop(key, None)
             if old is not None:

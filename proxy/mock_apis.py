@@ -166,11 +166,35 @@ def anthropic_blocks(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]
     return blocks
 
 
-def anthropic_usage(prompt: int, cached: int, cache_control: bool) -> dict[str, Any]:
+def anthropic_usage(prompt: int, cached: int, cache_control: bool,
+                    compact: bool = False) -> dict[str, Any]:
+    """Usage as Anthropic reports it. ``compact`` (server-side compaction asked for): a
+    summarising step reads the whole prompt first, then the reply reads the summary;
+    the top level shows the last step only and ``iterations`` lists both."""
     write = prompt - cached if cache_control else 0
-    return {"input_tokens": prompt - cached - write, "cache_creation_input_tokens": write,
-            "cache_read_input_tokens": cached, "output_tokens": 9,
-            "service_tier": "standard"}
+    usage = {"input_tokens": prompt - cached - write, "cache_creation_input_tokens": write,
+             "cache_read_input_tokens": cached, "output_tokens": 9, "service_tier": "standard"}
+    if compact:
+        reply = {"input_tokens": 50, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                 "output_tokens": 9}
+        summary = {**{k: usage[k] for k in reply}, "output_tokens": 300}
+        usage = {**usage, **reply, "iterations": [{"type": "compaction", **summary},
+                                                  {"type": "message", **reply}]}
+    return usage
+
+
+def _final_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """A stream's last usage: the output count, or every count when there are iterations."""
+    if "iterations" in usage:
+        return {k: v for k, v in usage.items() if k != "service_tier"}
+    return {"output_tokens": usage["output_tokens"]}
+
+
+def asks_compaction(body: dict[str, Any]) -> bool:
+    edits = body.get("context_management")
+    edits = edits.get("edits") if isinstance(edits, dict) else None
+    return any(isinstance(e, dict) and str(e.get("type", "")).startswith("compact")
+               for e in edits or ())
 
 
 def anthropic_message(body: dict[str, Any], reply: Reply, usage: dict[str, Any]) -> dict[str, Any]:
@@ -210,5 +234,5 @@ async def anthropic_stream(body: dict[str, Any], reply: Reply, usage: dict[str, 
     yield sse("message_delta", {"type": "message_delta",
                                 "delta": {"stop_reason": "tool_use" if reply.tool else "end_turn",
                                           "stop_sequence": None},
-                                "usage": {"output_tokens": usage["output_tokens"]}})
+                                "usage": _final_usage(usage)})
     yield sse("message_stop", {"type": "message_stop"})

@@ -207,7 +207,8 @@ def build_mock_app(state: MockState) -> Starlette:
         system = [body["system"]] if body.get("system") else []  # rendered before the messages
         prompt, cached = _prompt_tokens(state, body, neutral, system + list(body.get("messages") or []))
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
-        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw)
+        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw,
+                                          mock_apis.asks_compaction(body))
         if body.get("stream"):
             return StreamingResponse(mock_apis.anthropic_stream(body, reply, usage),
                                      media_type="text/event-stream", headers={"request-id": "req_mock"})

@@ -8,9 +8,9 @@ client got; it must only schedule work (the ledger row, shadow rewrites, context
 metrics), never block.
 
 Faults stay faults. A body that breaks before anything was sent answers 502 (504 on a
-read timeout) in OpenAI's error shape. A stream that breaks mid-way is aborted: the
-server drops the connection without the terminating chunk, so the client's SDK raises
-instead of acting on half an answer. A client that hangs up mid-stream closes the
+read timeout) in OpenAI's error shape (Anthropic's on its routes). A stream that breaks
+mid-way is aborted: the server drops the connection without the terminating chunk, so
+the client's SDK raises instead of acting on half an answer. A client that hangs up mid-stream closes the
 upstream stream at once; its row says ``client_disconnected``.
 """
 
@@ -49,8 +49,9 @@ def _fault(exc: httpx.HTTPError, where: str) -> ProxyError:
 
 
 async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[bytes, bytes]],
-                on_done: Done | None, buffer: bool) -> Response:
-    """Turn the upstream response into the client's response."""
+                on_done: Done | None, buffer: bool, anthropic: bool = False) -> Response:
+    """Turn the upstream response into the client's response (a fault before the body
+    was sent answers in Anthropic's error shape when ``anthropic``)."""
     stream = _is_sse(r)
     tap = UsageTap(r.headers.get("content-encoding", ""), stream=stream) if on_done else None
     headers = response_headers(r.headers.raw) + extra_headers
@@ -63,7 +64,7 @@ async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[byt
         log.warning(fault.message)
         if on_done is not None:
             on_done(Usage(), (time.perf_counter() - started) * 1000, fault.message, fault.status)
-        return error_response(fault)
+        return error_response(fault, anthropic)
     finally:
         await r.aclose()
     background = None

@@ -4,8 +4,9 @@ It reads each API's shape: chat completions (``usage.prompt_tokens``), Responses
 (``response.completed``: ``input_tokens``, ``input_tokens_details.cached_tokens``,
 ``output_tokens``) and Anthropic Messages (``message_start`` + ``message_delta``:
 ``input_tokens``, ``cache_read_input_tokens``, ``cache_creation_input_tokens``,
-``output_tokens``). ``prompt_tokens`` is always every input token the upstream billed,
-cache reads and writes included, so the three APIs compare.
+``output_tokens``, summed over ``usage.iterations`` where present). ``prompt_tokens`` is
+always every input token the upstream billed, cache reads and writes included, so the
+three APIs compare.
 
 Non-streamed bodies are parsed once at the end; streamed SSE bodies are fed chunk by
 chunk, split at line boundaries whatever the chunking, and the last non-null ``usage``
@@ -33,6 +34,7 @@ class Usage:
     text_parts: list[str] = field(default_factory=list)
     cache_write_tokens: int | None = None
     notes: list[str] = field(default_factory=list)  # malformed usage, kept for the ledger
+    iterated: bool = False  # Anthropic: counts summed over usage.iterations; they stand
 
     @property
     def text(self) -> str:
@@ -87,7 +89,9 @@ class Usage:
         if not isinstance(msg, dict):
             return
         usage = msg.get("usage")
-        if isinstance(usage, dict):
+        if isinstance(usage, dict) and (not self.iterated or "iterations" in usage):
+            summed = _sum_iterations(usage)
+            self.iterated, usage = summed is not usage, summed
             fresh = _int(usage.get("input_tokens"))
             read = _int(usage.get("cache_read_input_tokens"))
             write = _int(usage.get("cache_creation_input_tokens"))
@@ -155,6 +159,25 @@ class Usage:
     def _note(self, text: str) -> None:
         if text not in self.notes and len(self.notes) < 5:
             self.notes.append(text)
+
+
+ITERATION_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+                    "output_tokens")
+
+
+def _sum_iterations(usage: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic's usage with ``iterations`` (server-side compaction runs more than one
+    sampling step per request): the top-level counts leave the compaction steps out, and
+    what is billed is the sum over the iterations, field by field."""
+    steps = usage.get("iterations")
+    if not isinstance(steps, list) or not steps or not all(isinstance(i, dict) for i in steps):
+        return usage
+    summed = dict(usage)
+    for key in ITERATION_FIELDS:
+        counts = [_int(i.get(key)) for i in steps]
+        if any(c is not None for c in counts):
+            summed[key] = sum(c or 0 for c in counts)
+    return summed
 
 
 def _int(v: Any) -> int | None:

@@ -105,8 +105,9 @@ def test_changed_items_keep_their_other_keys():
     path = Path(__file__).parent / "golden/wire/anthropic_claude_code.json"
     parsed = ADAPTERS["anthropic"].parse(path.read_bytes())
     msgs = parsed.chat["messages"]
-    i = next(n for n, m in enumerate(msgs) if m["role"] == "tool" and isinstance(m["content"], list))
-    new = msgs[:i] + [{**msgs[i], "content": [{"type": "text", "text": "nine"}]}] + msgs[i + 1:]
+    i = next(n for n, m in enumerate(msgs) if m.get("tool_call_id") == "toolu_02")
+    assert msgs[i]["content"] == "9"  # one plain text block reads as its string
+    new = msgs[:i] + [{**msgs[i], "content": "nine"}] + msgs[i + 1:]
     block = json.loads(parsed.splice(new))["messages"][-1]["content"][0]
     assert block == {"type": "tool_result", "tool_use_id": "toolu_02",
                      "content": [{"type": "text", "text": "nine"}], "is_error": True}
@@ -177,3 +178,63 @@ def test_anthropic_splice_merges_same_role_neighbours():
     sent = json.loads(parsed.splice([m for m in msgs if m.get("role") != "assistant"]))
     assert [m["role"] for m in sent["messages"]] == ["user"]
     assert "What is 2+2?" in json.dumps(sent) and '"cache_control"' in json.dumps(sent)
+
+
+def test_anthropic_cut_that_starts_on_an_assistant_turn_gets_a_user_turn_in_front():
+    """Retrieve may cut the oldest turns up to an assistant message: chat-completions
+    accepts that, Anthropic wants a user message first."""
+    raw = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 8, "system": "Be brief.", "messages": [
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "sh", "input": {"c": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]},
+        {"role": "assistant", "content": "Found it."},
+        {"role": "user", "content": "Go on."}]}).encode()
+    parsed = ADAPTERS["anthropic"].parse(raw)
+    msgs = parsed.chat["messages"]
+    kept = [m for m in msgs if m.get(SRC) not in (0, 1, 2)]
+    sent = json.loads(parsed.splice(kept))["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[0]["content"] == [{"type": "text", "text": "(earlier turns left out)"}]
+    assert sent[1:] == json.loads(raw)["messages"][3:]
+
+
+def test_one_plain_text_block_reads_as_a_string_and_goes_back_as_a_block():
+    """Rules handle string content as chat clients send it; a block with other keys
+    (cache_control) stays a block; a changed string is written in the client's form."""
+    raw = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 8,
+                      "system": [{"type": "text", "text": "Be brief."}], "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "4"}]},
+        {"role": "user", "content": [{"type": "text", "text": "And 3+3?",
+                                      "cache_control": {"type": "ephemeral"}}]}]}).encode()
+    parsed = ADAPTERS["anthropic"].parse(raw)
+    msgs = parsed.chat["messages"]
+    assert [m["content"] for m in msgs[:3]] == ["Be brief.", "What is 2+2?", "4"]
+    assert isinstance(msgs[3]["content"], list)
+    sent = json.loads(parsed.splice([msgs[0], msgs[1], {**msgs[2], "content": "four"}, msgs[3]]))
+    assert sent["messages"][1]["content"] == [{"type": "text", "text": "four"}]
+    raw = json.dumps({"model": "gpt-4o", "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]},
+        {"type": "message", "role": "user", "content": "Bye"}]}).encode()
+    parsed = ADAPTERS["responses"].parse(raw)
+    msgs = parsed.chat["messages"]
+    assert [m["content"] for m in msgs] == ["Hi", "Hello", "Bye"]
+    sent = json.loads(parsed.splice([{**msgs[0], "content": "Hey"}, *msgs[1:]]))
+    assert sent["input"][0]["content"] == [{"type": "input_text", "text": "Hey"}]
+    assert parsed.splice([dict(m) for m in msgs]) == raw
+
+
+@pytest.mark.parametrize("api", ["anthropic", "responses"])
+def test_a_message_sent_empty_stays_when_a_rule_changes_another(api):
+    empty = {"role": "user", "content": []}
+    msgs = [empty, {"role": "assistant", "content": "old"}, {"role": "user", "content": "x"}]
+    body = {"model": "m", "max_tokens": 5, "messages": msgs} if api == "anthropic" else {
+        "model": "m", "input": [{"type": "message", **m} for m in msgs]}
+    raw = json.dumps(body).encode()
+    parsed = ADAPTERS[api].parse(raw)
+    neutral = [dict(m) for m in parsed.chat["messages"]]
+    neutral[1]["content"] = "…"
+    sent = json.loads(parsed.splice(neutral))
+    items = sent["messages" if api == "anthropic" else "input"]
+    assert len(items) == 3 and items[0]["content"] == [] and "…" in json.dumps(items[1], ensure_ascii=False)

@@ -153,3 +153,35 @@ def test_unknown_blocks_pass_and_side_routes_are_untouched(start_proxy, mock):
         payload = b'{"model":"claude-sonnet-4-5",  "messages":[]}'
         r = httpx.post(proxy.url + path, content=payload, headers={"x-api-key": "k"})
         assert r.json()["echo"]["path"] == path and mock.received[-1].body == payload
+
+
+COMPACT = {"context_management": {"edits": [{"type": "compact_20260112"}]}}
+
+
+def _billed(usage: dict) -> tuple[int, int, int, int]:
+    steps = usage["iterations"]
+    total = {k: sum(s[k] for s in steps) for k in ("input_tokens", "cache_read_input_tokens",
+                                                    "cache_creation_input_tokens", "output_tokens")}
+    return (total["input_tokens"] + total["cache_read_input_tokens"] + total["cache_creation_input_tokens"],
+            total["cache_read_input_tokens"], total["cache_creation_input_tokens"], total["output_tokens"])
+
+
+def _row_usage(row: dict) -> tuple[int, int, int, int]:
+    return row["prompt_tokens"], row["cached_tokens"], row["cache_write_tokens"], row["completion_tokens"]
+
+
+def test_usage_iterations_of_server_side_compaction_are_billed(start_proxy, mock):
+    proxy = start_proxy()
+    c = client(proxy, default_headers={"anthropic-beta": "compact-2026-01-12"})
+    raw = c.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=64,
+                                              messages=HISTORY, extra_body=COMPACT)
+    usage = json.loads(raw.http_response.content)["usage"]
+    assert len(usage["iterations"]) == 2 and usage["input_tokens"] == 50
+    row = proxy.rows()[-1]
+    assert _row_usage(row) == _billed(usage) and row["completion_tokens"] == 309
+    with c.messages.stream(model="claude-sonnet-4-5", max_tokens=64, messages=HISTORY,
+                           extra_body=COMPACT) as stream:
+        assert "".join(stream.text_stream).startswith("Mock reply")
+        final = stream.get_final_message().usage.model_dump()
+    row = proxy.rows()[-1]
+    assert row["stream"] == 1 and _row_usage(row) == _billed(final)

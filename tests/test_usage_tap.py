@@ -46,3 +46,43 @@ def test_unreadable_encoding_is_ignored():
     tap = UsageTap("br")
     tap.feed(b"\x00garbage")
     assert tap.close().prompt_tokens is None
+
+
+# Anthropic's example of server-side compaction: the top level shows the last step only
+ITERATED = {"input_tokens": 23000, "output_tokens": 1000, "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "iterations": [{"type": "compaction", "input_tokens": 180000, "output_tokens": 3500,
+                            "cache_read_input_tokens": 4000, "cache_creation_input_tokens": 0},
+                           {"type": "message", "input_tokens": 23000, "output_tokens": 1000,
+                            "cache_read_input_tokens": 0, "cache_creation_input_tokens": 2000}]}
+
+
+def _sse(events):
+    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n"
+                    for e in events)
+
+
+def test_anthropic_iterations_are_summed_in_a_body_and_in_a_stream():
+    tap = UsageTap()
+    tap.feed(json.dumps({"type": "message", "content": [], "stop_reason": "end_turn",
+                         "usage": ITERATED}).encode())
+    body = tap.close()
+    start = {"type": "message_start", "message": {"type": "message", "content": [], "usage": {
+        "input_tokens": 23000, "output_tokens": 1}}}
+    delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": ITERATED}
+    late = {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 1000}}
+    for events in ([start, delta], [start, delta, late]):
+        tap = UsageTap(stream=True)
+        tap.feed(_sse(events))
+        stream = tap.close()
+        for u in (body, stream):
+            assert u.prompt_tokens == 180000 + 4000 + 23000 + 2000
+            assert (u.cached_tokens, u.cache_write_tokens, u.completion_tokens) == (4000, 2000, 4500)
+
+
+def test_anthropic_usage_without_iterations_is_read_as_it_is():
+    tap = UsageTap()
+    tap.feed(json.dumps({"type": "message", "usage": {**ITERATED, "iterations": []}}).encode())
+    u = tap.close()
+    assert (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens, u.completion_tokens) == (
+        23000, 0, 0, 1000)

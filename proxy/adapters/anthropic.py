@@ -9,19 +9,21 @@ the bill see the client's breakpoints, and goes back with the rewritten result).
 ``compaction`` and unknown blocks are opaque: they go back as their exact text.
 
 After a rewrite the messages are written back so the request stays valid: neighbours
-of the same role merge, and every ``tool_result`` must answer a ``tool_use`` of the
-message before it, or the rewrite is refused (the original goes out).
+of the same role merge, a cut that leaves an assistant message first gets a short user
+message in front, and every ``tool_result`` must answer a ``tool_use`` of
+the message before it, or the rewrite is refused (the original goes out).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from proxy.adapters.anthropic_turns import Out, valid_turns
+from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
-                                 groups, join_pieces, neutral_body, rebuild_units)
-from proxy.errors import BadRequest, ProxyError
+                                 groups, join_pieces, neutral_body, plain_text, rebuild_units)
+from proxy.errors import BadRequest, ProxyError, anthropic_body
 from proxy.jsonspan import array_spans, decode_request, replace_spans, value_start
 from proxy.prefix import MARK
 
@@ -30,17 +32,15 @@ CONTENT = {"text", "image", "document", "search_result"}
 KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
          "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
 SYSTEM = -1
+TEXT = ("text",)
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-               504: "timeout_error"}
+MEMO = TranslationMemo()
 
 
 def error_body(exc: ProxyError) -> bytes:
     """The proxy's own errors in Anthropic's shape."""
-    kind = ERROR_TYPES.get(exc.status, "api_error")
-    return json.dumps({"type": "error", "error": {"type": kind, "message": exc.message}}).encode()
+    return anthropic_body(exc.status, exc.message)
 
 
 def _check(data: dict[str, Any]) -> None:
@@ -89,7 +89,10 @@ def _result_content(content: Any) -> Any:
 
 def _patch_result(u: Unit, m: dict[str, Any]) -> str:
     mark = {MARK: m[MARK]} if MARK in m else {}
-    return dumps({**{k: v for k, v in u.obj.items() if k != MARK}, "content": _result_content(m.get("content")),
+    content = m.get("content")
+    if isinstance(content, str) and isinstance(u.obj.get("content"), list):
+        content = [{"type": "text", "text": content}]  # the client's form (see plain_text)
+    return dumps({**{k: v for k, v in u.obj.items() if k != MARK}, "content": _result_content(content),
                   **mark})
 
 
@@ -101,18 +104,7 @@ def _new_call(call: dict[str, Any]) -> str:
 
 def _tool_content(block: dict[str, Any]) -> Any:
     content = block.get("content")
-    return content if isinstance(content, (str, list)) else ""
-
-
-@dataclass
-class Out:
-    """One message on its way back: role, block texts, and ``src`` when it is unchanged."""
-
-    role: str
-    blocks: list[str]
-    src: int | None = None
-    raw: str = ""
-    orig: int | None = None  # the client's message it comes from, changed or not
+    return plain_text(content, TEXT) if isinstance(content, (str, list)) else ""
 
 
 def _new_out(m: dict[str, Any]) -> Out:
@@ -137,9 +129,21 @@ class MessagesRequest:
         self.meta: dict[str, tuple[str, str]] = {}
         system = self.data.get("system")
         if system:
-            self.messages.append({"role": "system", "content": system, SRC: SYSTEM})
-        for i, m in enumerate(self.data["messages"]):
-            self._read(i, m)
+            self.messages.append({"role": "system", "content": plain_text(system, TEXT),
+                                  SRC: SYSTEM})
+        own = len(self.messages)
+        messages, span = self.data["messages"], self.spans["messages"]
+        kept = MEMO.find(self.text, span[0]) if self.rewritable else None
+        if kept is not None:  # messages this conversation sent before, translated then
+            self.messages.extend(kept[1])
+        for i in range(kept[0] if kept else 0, len(messages)):
+            self._read(i, messages[i])
+        if self.rewritable and messages:
+            cut = len(self.messages)
+            while cut > own and self.messages[cut - 1][SRC] == len(messages) - 1:
+                cut -= 1
+            MEMO.keep(self.text, span, messages[-1],
+                      (len(messages) - 1, tuple(self.messages[own:cut])))
 
     def _read(self, i: int, m: Any) -> None:
         """One message into its container and neutral messages (``BadRequest`` if invalid)."""
@@ -172,7 +176,7 @@ class MessagesRequest:
                                     "content": _tool_content(blk), SRC: src,
                                     **({MARK: blk[MARK]} if MARK in blk else {})})
             if parts or calls or held or not content:
-                main: dict[str, Any] = {"role": role, "content": parts or (
+                main: dict[str, Any] = {"role": role, "content": plain_text(parts, TEXT) or (
                     None if calls else [PLACEHOLDER]), SRC: src}
                 if calls:
                     main["tool_calls"] = calls
@@ -224,11 +228,9 @@ class MessagesRequest:
             if first.messages[0] != self.messages[0]:
                 edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
         self._fill_raw()
-        outs = self._merge([o for g in gs for o in self._group(g)])
-        new = self._pairing(outs) - self._pairing(
-            [Out(c.obj["role"], [u.raw for u in c.units], n) for n, c in enumerate(self.containers)])
-        if new:
-            raise ValueError(f"the rewrite would be invalid for Anthropic: {sorted(new)[:3]}")
+        sent = [Out(c.obj["role"], [u.raw for u in c.units], n)
+                for n, c in enumerate(self.containers)]
+        outs = valid_turns([o for g in gs for o in self._group(g)], sent, self._kind_of)
         pieces = [(o.src, o.raw or '{"role":' + dumps(o.role) + ',"content":[' + ",".join(o.blocks) + "]}")
                   for o in outs]
         begin, end = self.spans["messages"]
@@ -262,39 +264,6 @@ class MessagesRequest:
             b = json.loads(block)
             known = self.meta[block] = (str(b.get("type")), str(b.get("id") or b.get("tool_use_id") or ""))
         return known
-
-    def _merge(self, outs: list[Out]) -> list[Out]:
-        """Neighbours of the same role that the rewrite made neighbours become one message
-        (tool results first); empty ones go. Neighbours the client sent stay as they are."""
-        merged: list[Out] = []
-        for o in outs:
-            if not o.blocks:
-                continue
-            prev = merged[-1] if merged else None
-            sent_so = prev is not None and prev.orig is not None and o.orig == prev.orig + 1
-            if prev is not None and prev.role == o.role and not sent_so:
-                blocks = merged[-1].blocks + o.blocks
-                results = [b for b in blocks if self._kind_of(b)[0] == "tool_result"]
-                merged[-1] = Out(o.role, results + [b for b in blocks if b not in results])
-            else:
-                merged.append(o)
-        return merged
-
-    def _pairing(self, outs: list[Out]) -> set[str]:
-        """Problems Anthropic would refuse: unanswered or stray tool ids, a leading assistant."""
-        found: set[str] = set()
-        prev: set[str] = set()
-        for o in outs:
-            kinds = [self._kind_of(b) for b in o.blocks]
-            calls = {k for t, k in kinds if t == "tool_use"}
-            results = {k for t, k in kinds if t == "tool_result"}
-            found |= {f"tool_result {r} without its tool_use" for r in results - prev}
-            if o.role == "user":
-                found |= {f"tool_use {c} without its result" for c in prev - results}
-            prev = calls
-        if outs and outs[0].role != "user":
-            found.add("the first message is not a user message")
-        return found
 
 
 def parse(raw: bytes) -> Parsed:

@@ -157,6 +157,18 @@ def rebuild_units(c: Container, g: Group, content: Callable[[dict[str, Any]], li
     return out
 
 
+def plain_text(content: Any, kinds: tuple[str, ...]) -> Any:
+    """``content`` as its string when it is a list of one text part with no other key
+    (the rules handle strings as chat clients send them); else ``content`` itself. A
+    changed string is written back as such a part, so nothing is lost."""
+    if isinstance(content, list) and len(content) == 1:
+        part = content[0]
+        if (isinstance(part, dict) and len(part) == 2 and part.get("type") in kinds
+                and isinstance(part.get("text"), str)):
+            return part["text"]
+    return content
+
+
 def text_parts(content: Any) -> list[str]:
     if isinstance(content, str):
         return [content] if content else []

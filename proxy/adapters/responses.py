@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from proxy.adapters.memo import TranslationMemo
 from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
-                                 groups, join_pieces, neutral_body, rebuild_units)
+                                 groups, join_pieces, neutral_body, plain_text, rebuild_units)
 from proxy.errors import BadRequest, ProxyError
 from proxy.jsonspan import array_spans, decode_request, replace_spans
 
@@ -24,6 +25,7 @@ CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 RESULTS = {"function_call_output", "custom_tool_call_output"}
 ROLES = {"user", "assistant", "system", "developer"}
 INSTRUCTIONS = -1
+MEMO = TranslationMemo()
 
 
 def _kind(item: dict[str, Any]) -> str:
@@ -67,7 +69,7 @@ def _item_kind(i: int, item: Any) -> str:
 
 
 def _content(item: dict[str, Any]) -> Any:
-    return item.get("content")
+    return plain_text(item.get("content"), ("input_text", "output_text"))
 
 
 def _run_content(texts: list[dict[str, Any]], has_calls: bool) -> Any:
@@ -153,11 +155,28 @@ class ResponsesRequest:
         if isinstance(items, str):
             self.messages.append({"role": "user", "content": items, SRC: 0})
         elif isinstance(items, list):
-            self._read_items(items)
+            self._read_list(items)
 
-    def _read_items(self, items: list[Any]) -> None:
+    def _read_list(self, items: list[Any]) -> None:
+        """The items, with the translation of those this conversation sent before (all
+        but its last container, which new items may extend) taken from the memo."""
+        own, span = len(self.messages), self.spans["input"]
+        kept = MEMO.find(self.text, span[0]) if self.rewritable else None
+        if kept is not None:
+            self.where.extend(kept[0])
+            self.messages.extend(kept[1])
+        self._read_items(items, kept[2] if kept else 0)
+        if self.rewritable and self.where:
+            last, cut = len(self.where) - 1, len(self.messages)
+            while cut > own and self.messages[cut - 1][SRC] == last:
+                cut -= 1
+            state = (tuple(self.where[:last]), tuple(self.messages[own:cut]), self.where[last][0])
+            MEMO.keep(self.text, span, items[-1], state)
+
+    def _read_items(self, items: list[Any], first: int = 0) -> None:
         run: list[tuple[dict[str, Any], str]] = []  # the current run of assistant-side items
-        for n, item in enumerate(items):
+        for n in range(first, len(items)):
+            item = items[n]
             kind = _item_kind(n, item)
             if kind in ("content", "call", "opaque"):
                 if kind == "content" and any(k != "opaque" for _, k in run):
@@ -174,7 +193,7 @@ class ResponsesRequest:
                 self._run(run, n - len(run))
                 run = []
             if kind == "message":
-                m = {"role": item["role"], "content": item["content"], SRC: len(self.where)}
+                m = {"role": item["role"], "content": _content(item), SRC: len(self.where)}
             else:
                 output = item.get("output")
                 m = {"role": "tool", "tool_call_id": item["call_id"],
