@@ -28,7 +28,8 @@ from typing import Any
 
 from bench.cases import load_cases, resolve_file
 from bench.fleet import Nginx, Postgres, Replica, free_port, wait_up
-from bench.load import pct, run_sessions
+from bench.load import pct
+from bench.load_client import run_sessions
 from bench.overhead import _cpu_seconds
 from proxy.ledger import read_rows
 

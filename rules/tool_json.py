@@ -76,7 +76,7 @@ from typing import Any
 from proxy.context import RequestContext
 from proxy.memo import BoundedCache
 from proxy.tokens import TokenCounter
-from rules.base import RuleDeps, option, system_prefix_len, text_of, units
+from rules.base import RuleDeps, option
 from rules.json_compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
 from rules.json_templates import (
     Template,
@@ -86,6 +86,7 @@ from rules.json_templates import (
     load_templates,
     used_words,
 )
+from rules.tool_lookahead import later_texts, lookahead_ends
 
 BUILTIN_TEMPLATES = Path(__file__).parent / "templates"
 ORIGINAL_PREFIX = "orig:"
@@ -134,7 +135,9 @@ class ToolJson:
         messages = ctx.messages
         counter = TokenCounter(ctx.encoding)
         names = tool_names(messages)
-        lookahead = self._lookahead_ends(messages)
+        cfg = self.config
+        lookahead = lookahead_ends(messages, cfg.block_turns, cfg.recent_turns) \
+            if cfg.learned_templates or cfg.stub_unused else {}
         out = list(messages)
         kinds: dict[str, int] = {}
         originals: list[list[str]] = []  # [tool_call_id, store key] per rewritten result
@@ -142,7 +145,7 @@ class ToolJson:
             content = m.get("content")
             if m.get("role") != "tool" or not isinstance(content, str) or not content:
                 continue
-            later = _later_texts(messages, i, lookahead[i]) if i in lookahead else None
+            later = later_texts(messages, i, lookahead[i]) if i in lookahead else None
             found = self._rewrite(content, names.get(i, "")) if later is None else \
                 self._rewrite_fresh(content, names.get(i, ""), later)
             if found is None:
@@ -238,27 +241,6 @@ class ToolJson:
         if merged != known:
             self.deps.store.set(key, json.dumps(sorted(merged)).encode())
 
-    def _lookahead_ends(self, messages: list[Any]) -> dict[int, int]:
-        """For each tool message in a closed block: where the turns its decision reads end.
-
-        A result in block ``b`` reads the messages after it up to the end of block ``b``
-        plus ``recent_turns`` units: all present once ``b`` closes and fixed afterwards,
-        so the decision (and the rewritten text) never changes again.
-        """
-        cfg = self.config
-        if not (cfg.learned_templates or cfg.stub_unused) or cfg.block_turns <= 0:
-            return {}
-        spans = units(messages, system_prefix_len(messages))
-        closed = max(0, (len(spans) - cfg.recent_turns) // cfg.block_turns) * cfg.block_turns
-        ends: dict[int, int] = {}
-        for u in range(closed):
-            b = u // cfg.block_turns
-            last = min(len(spans), (b + 1) * cfg.block_turns + cfg.recent_turns)
-            for i in range(*spans[u]):
-                if messages[i].get("role") == "tool":
-                    ends[i] = spans[last - 1][1]
-        return ends
-
 
 _MISSING: Any = object()
 
@@ -280,18 +262,6 @@ def tool_names(messages: list[Any]) -> dict[int, str]:
         elif m.get("role") == "tool":
             names[i] = calls.get(str(m.get("tool_call_id", "")), "")
     return names
-
-
-def _later_texts(messages: list[Any], start: int, end: int) -> list[str]:
-    texts = []
-    for m in messages[start + 1:end]:
-        if m.get("role") != "assistant":
-            continue
-        texts.append(text_of(m))
-        for c in m.get("tool_calls") or ():
-            if isinstance(c, dict):
-                texts.append(str((c.get("function") or {}).get("arguments", "")))
-    return texts
 
 
 def _parse_json(text: str) -> Any:
