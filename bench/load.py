@@ -152,7 +152,7 @@ def summary(p: Phase, delay: float) -> dict[str, Any]:
            "added_ms": {"p50": _r(pct(added, 0.5)), "p95": _r(pct(added, 0.95)),
                         "max": _r(max(added, default=None))},
            "server_ms_before_forward": {"p50": _r(pct(p.proxy_ms, 0.5)), "p95": _r(pct(p.proxy_ms, 0.95))},
-           "cpu_ms_per_request": _r(1000 * p.cpu_s / len(p.outcomes)) if p.cpu_s and p.outcomes else None,
+           "cpu_ms_per_request": _r(1000 * p.cpu_s / len(p.outcomes)) if p.cpu_s is not None and p.outcomes else None,
            "proxy_failures": len(proxy_failures),
            "failure_examples": sorted({f"{o.fault}/{o.status}/{o.error}" for o in proxy_failures})[:5],
            "faults": len(faulted), "faults_surfaced": len(surfaced),
