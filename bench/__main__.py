@@ -1,7 +1,7 @@
-"""``python3 -m bench``: see ``bench.cli``."""
+"""``python3 -m bench``: see ``context_engine.bench.cli``."""
 
 import sys
 
-from bench.cli import main
+from context_engine.bench.cli import main
 
 sys.exit(main())

@@ -12,7 +12,7 @@ For every request point of a replay, per billing model (``openai``, ``anthropic`
   direct = the originals' bill (the passthrough arm), billed = the rewrites' bill;
 - the *report* prices the same requests the way ``context-engine report`` does: a
   ledger row with the simulator's usage for the rewrite (prompt, cache reads and
-  writes), the counterfactual estimate of ``proxy/bill_estimate.py`` for the original
+  writes), the counterfactual estimate of ``proxy/billing/estimate.py`` for the original
   (message granularity, the proxy's token counts) and ``aggregate.row_bill``.
 
 ``report saving − harness saving`` is how far the report is from the bill. Input tokens
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from proxy.aggregate import row_bill
-from proxy.bill_estimate import BillEstimator
-from proxy.ledger import LedgerRow
-from proxy.prefix import MARK, strip_marks
-from proxy.tokens import get_encoding
+from context_engine.proxy.reporting.aggregate import row_bill
+from context_engine.proxy.billing.estimate import BillEstimator
+from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.engine.prefix import MARK, strip_marks
+from context_engine.proxy.engine.tokens import get_encoding
 
 MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
 KINDS = tuple(MODELS)
@@ -211,7 +211,7 @@ class BillTotals:
 
 async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> None:
     """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session)."""
-    from bench.cases import request_points
+    from context_engine.bench.cases import request_points
 
     session = system.open("replay-anthropic:" + case.id)
     bill = CaseBill("anthropic", case.id)

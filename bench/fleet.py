@@ -168,7 +168,7 @@ class Replica:
                  **flags: str) -> None:
         self.name, self.port = name, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, "-m", "proxy.cli", "serve", "--port", str(self.port),
+        self.cmd = [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--port", str(self.port),
                     "--config", config]
         for key, value in flags.items():
             self.cmd += [f"--{key}", value]

@@ -1,7 +1,7 @@
 """The passthrough floor of ``bench/load.py``: the smallest honest reverse proxy, starlette +
 httpx, streaming the request body up and the response bytes back, nothing else. It is what
 any proxy costs on this machine; the gap between it and ``serve`` is what ours adds.
-Run as ``python3 -m bench.floor_proxy --port P --upstream http://127.0.0.1:Q/v1``.
+Run as ``python3 -m context_engine.bench.floor_proxy --port P --upstream http://127.0.0.1:Q/v1``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Concurrent sessions through the real server, beside a passthrough floor, in one run.
 
-Starts a loopback upstream (``bench.load_mock``: ``--delay`` seconds per reply, optional
-faults) and, one after the other, two proxies as subprocesses (``python -m proxy.cli
-serve``): the floor (``bench.floor_proxy``), passthrough (``--rules ""``: the same server
+Starts a loopback upstream (``context_engine.bench.load_mock``: ``--delay`` seconds per reply, optional
+faults) and, one after the other, two proxies as subprocesses (``python -m context_engine.proxy.cli
+serve``): the floor (``context_engine.bench.floor_proxy``), passthrough (``--rules ""``: the same server
 with no rule) and the proxy with ``--rules`` (default: the configured rules). Each of ``--sessions`` sessions replays real
 cases turn by turn (every request point, as the agent sent it), its own ``X-Session-Id``.
 Added latency = the client's round trip minus the time the upstream held the request (its
 ``x-mock-ms``; on this VM a 1 s sleep can overshoot by tens of ms), for requests the
-upstream answered without a fault. The floor is ``bench.floor_proxy``, the smallest
+upstream answered without a fault. The floor is ``context_engine.bench.floor_proxy``, the smallest
 starlette+httpx proxy; ``passthrough`` is ``serve`` with no rule. Reports p50/p95/max added, throughput, errors the proxy
 caused, faults surfaced to or hidden from clients, ledger rows against requests, the
 rules' deadline and shed counters, and the proxy's RSS over time. Run by hand:
@@ -37,10 +37,10 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.cases import load_cases, resolve_file
-from bench.load_client import Outcome, requests_of, run_cold, run_sessions, send
-from bench.load_mock import parse_faults
-from bench.overhead import _cpu_seconds, free_port, wait_up
+from context_engine.bench.cases import load_cases, resolve_file
+from context_engine.bench.load_client import Outcome, requests_of, run_cold, run_sessions, send
+from context_engine.bench.load_mock import parse_faults
+from context_engine.bench.overhead import _cpu_seconds, free_port, wait_up
 
 
 @dataclass
@@ -75,7 +75,7 @@ def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 def start_proxy(port: int, upstream: str, rules: str | None, ledger: str,
                 env: dict[str, str], extra: list[str]) -> subprocess.Popen:
-    cmd = ["proxy.cli", "serve", "--port", str(port), "--upstream", upstream, "--store",
+    cmd = ["context_engine.proxy.cli", "serve", "--port", str(port), "--upstream", upstream, "--store",
            "memory://", "--ledger", ledger, *extra]
     if rules is not None:
         cmd += ["--rules", rules]
@@ -102,7 +102,7 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
     port, ledger = free_port(), os.path.join(tmp, f"{name}.db")
     extra = ["--config", args.config] if args.config else ["--config", os.devnull]
     if name == "floor":
-        proc = start(["bench.floor_proxy", "--port", str(port), "--upstream", upstream], env)
+        proc = start(["context_engine.bench.floor_proxy", "--port", str(port), "--upstream", upstream], env)
     else:
         proc = start_proxy(port, upstream, rules, ledger, env, extra)
     result = Phase(name)
@@ -182,7 +182,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         [os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])])}
     cases = [] if args.cold else load_cases(resolve_file(args.data), dedupe=args.data == "locomo")
     port = free_port()
-    mock = start(["bench.load_mock", "--port", str(port), "--delay", str(args.delay),
+    mock = start(["context_engine.bench.load_mock", "--port", str(port), "--delay", str(args.delay),
                   "--faults", args.faults, "--seed", str(args.seed)], env)
     report: dict[str, Any] = {"args": vars(args)}
     try:

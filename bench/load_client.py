@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from bench.cases import load_cases, request_points, resolve_file
-from bench.load_mock import SLOW_FACTOR
+from context_engine.bench.cases import load_cases, request_points, resolve_file
+from context_engine.bench.load_mock import SLOW_FACTOR
 
 
 @dataclass

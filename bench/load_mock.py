@@ -7,7 +7,7 @@ headers and part of the body, then drops the connection (no terminating chunk);
 times the delay. Every response says which fault it carries in ``x-mock-fault``, so the
 client can tell a fault the upstream made from one the proxy made, and ``x-mock-ms`` how
 long the upstream held the request (the sleep's real length, not the nominal delay). Run as
-``python3 -m bench.load_mock --port P [--delay 1] [--faults …] [--seed 1]``.
+``python3 -m context_engine.bench.load_mock --port P [--delay 1] [--faults …] [--seed 1]``.
 """
 
 from __future__ import annotations

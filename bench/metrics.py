@@ -17,7 +17,7 @@ import json
 import math
 from typing import Any, Iterator, Sequence
 
-from proxy.tokens import TokenCounter
+from context_engine.proxy.engine.tokens import TokenCounter
 
 Messages = list[dict[str, Any]]
 SEPARATOR = "\x00"

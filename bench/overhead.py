@@ -32,8 +32,8 @@ from typing import Any
 
 import httpx
 
-from bench.fleet import free_port, wait_up
-from rules import DEFAULT_RULES
+from context_engine.bench.fleet import free_port, wait_up
+from context_engine.rules import DEFAULT_RULES
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 
@@ -54,7 +54,7 @@ def history(target_tokens: int) -> list[dict[str, Any]]:
 def body_for(api: str, messages: list[dict[str, Any]]) -> bytes:
     if api == "chat":
         return json.dumps({"model": "gpt-4o", "messages": messages}).encode()
-    from bench.wire import to_wire
+    from context_engine.bench.wire import to_wire
 
     return to_wire(api, "gpt-4o", messages, None)
 
@@ -66,7 +66,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def start_proxy(port: int, upstream: str, rules: str, mode: str, env: dict[str, str]) -> Any:
     return subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port), "--upstream", upstream,
+        [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--port", str(port), "--upstream", upstream,
          "--rules", rules, "--mode", mode, "--store", "memory://", "--config", os.devnull,
          "--ledger", f"/tmp/context-engine-overhead-{mode}-{port}.db"],
         env={**env, "CONTEXT_ENGINE_LOG_LEVEL": "warning"})
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     upstream = f"http://127.0.0.1:{mock_port}/v1"
     targets = {"direct": mock_port, "passthrough": free_port(), "shadow": free_port(),
                "rewrite": free_port()}
-    procs = [subprocess.Popen([sys.executable, "-m", "proxy.mock_upstream", "--port",
+    procs = [subprocess.Popen([sys.executable, "-m", "context_engine.proxy.demo.mock_upstream", "--port",
                                str(mock_port), "--plain"], env=env)]
     procs.append(start_proxy(targets["passthrough"], upstream, "", "rewrite", env))
     procs.append(start_proxy(targets["shadow"], upstream, args.rules, "shadow", env))
@@ -167,7 +167,7 @@ def main() -> None:
                    help="rules of the shadow and rewrite proxies (default: the default rules)")
     p.add_argument("--replicas", type=int, default=0,
                    help="instead: throughput and p50 with 1 and N replicas behind nginx (bench/replicas.py)")
-    from bench import replicas
+    from context_engine.bench import replicas
 
     replicas.add_arguments(p)
     args = p.parse_args()

@@ -4,7 +4,7 @@
 topology of ``deploy/`` as processes (``bench/fleet.py``): nginx with
 ``deploy/nginx.conf``, ``serve`` replicas sharing one Redis store (``--redis``, flushed
 first) and one PostgreSQL ledger (a throwaway server), and a loopback upstream
-answering after ``--delay`` seconds (``bench.load_mock``). Phase 1 puts one replica
+answering after ``--delay`` seconds (``context_engine.bench.load_mock``). Phase 1 puts one replica
 behind nginx, phase 2 puts ``--replicas``; each phase runs ``--sessions`` concurrent
 sessions replaying real agent traces (``bench/load.py``'s client) for ``--duration``
 seconds. Reports requests per second, the p50/p95 round trip minus the time the upstream
@@ -26,12 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.cases import load_cases, resolve_file
-from bench.fleet import Nginx, Postgres, Replica, free_port, wait_up
-from bench.load import pct
-from bench.load_client import run_sessions
-from bench.overhead import _cpu_seconds
-from proxy.ledger import read_rows
+from context_engine.bench.cases import load_cases, resolve_file
+from context_engine.bench.fleet import Nginx, Postgres, Replica, free_port, wait_up
+from context_engine.bench.load import pct
+from context_engine.bench.load_client import run_sessions
+from context_engine.bench.overhead import _cpu_seconds
+from context_engine.proxy.recording.ledger import read_rows
 
 
 def _cpu(procs: dict[str, list[Any]]) -> dict[str, float]:
@@ -89,7 +89,7 @@ def phase(n: int, args: argparse.Namespace, pg: Postgres, upstream: str, config:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     port = free_port()
-    mock = subprocess.Popen([sys.executable, "-m", "bench.load_mock", "--port", str(port),
+    mock = subprocess.Popen([sys.executable, "-m", "context_engine.bench.load_mock", "--port", str(port),
                              "--delay", str(args.delay)], env=env)
     cases = load_cases(resolve_file(args.data))
     config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)

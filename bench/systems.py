@@ -3,7 +3,7 @@
 A system opens a fresh *session* per case (per replay sequence), so nothing leaks from
 one case into another; within a replay sequence the session keeps its state, as the
 proxy keeps its store across one agent's requests. The project's systems run through
-``proxy.engine.Engine``, the code the server runs, with a ``memory://`` store.
+``context_engine.proxy.engine.engine.Engine``, the code the server runs, with a ``memory://`` store.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 import yaml
 
-from bench import baselines
-from proxy.context import JournalEntry
-from proxy.engine import Engine
-from proxy.invariants import rewrite_problems
-from proxy.settings import Settings, load_settings
-from proxy.store import MemoryStore
+from context_engine.bench import baselines
+from context_engine.proxy.engine.context import JournalEntry
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.settings import Settings, load_settings
+from context_engine.proxy.store.stores import MemoryStore
 
 Messages = list[dict[str, Any]]
 
@@ -114,7 +114,7 @@ class EngineSystem:
 
     def open(self, session_id: str) -> Session:
         if "retrieve" in self.settings.rules and "embedder" not in self.extra:
-            from rules.embedders import make_embedder
+            from context_engine.rules.retrieve.embedders import make_embedder
 
             name = self.settings.rule_options.get("retrieve", {}).get("embedder", "auto")
             self.extra["embedder"] = make_embedder(str(name))
@@ -125,7 +125,7 @@ class EngineSystem:
 def parse_variant(spec: str, settings: Settings) -> tuple[str, Settings]:
     """``NAME:RULE.OPTION=VALUE[,RULE.OPTION=VALUE…]`` → the engine's settings with those
     options changed (values read as YAML scalars, checked like config.yaml's)."""
-    from proxy.settings import ConfigError, build_rule_config
+    from context_engine.proxy.settings import ConfigError, build_rule_config
 
     name, sep, body = spec.partition(":")
     if not sep or not name.strip() or not body.strip():

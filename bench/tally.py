@@ -6,9 +6,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.billing import BillTotals, CaseBill
-from bench.metrics import length_bucket, median, percentile, ratio
-from bench.systems import Outcome
+from context_engine.bench.billing import BillTotals, CaseBill
+from context_engine.bench.metrics import length_bucket, median, percentile, ratio
+from context_engine.bench.systems import Outcome
 
 TURNS = (20, 100, 200)  # replay request points whose latency is reported
 

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bench.cases import Case
-from proxy.adapters import ADAPTERS
-from proxy.adapters.base import OPAQUE, PLACEHOLDER, SRC
-from proxy.invariants import rewrite_problems
+from context_engine.bench.cases import Case
+from context_engine.proxy.adapters import ADAPTERS
+from context_engine.proxy.adapters.base import OPAQUE, PLACEHOLDER, SRC
+from context_engine.proxy.engine.invariants import rewrite_problems
 
 APIS = ("chat", "responses", "anthropic")
 
@@ -137,13 +137,13 @@ class OpaqueTally:
 
 @dataclass
 class _WireSession:
-    inner: Any  # bench.systems._EngineSession
+    inner: Any  # context_engine.bench.systems._EngineSession
     api: str
     opaque: bool
     tally: OpaqueTally
 
     async def rewrite(self, messages: list[Any], tools: Any) -> Any:
-        from bench.systems import Outcome
+        from context_engine.bench.systems import Outcome
 
         raw = to_wire(self.api, self.inner.model, messages, tools)
         parsed = ADAPTERS[self.api].parse(raw)
@@ -183,7 +183,7 @@ def _opaque_texts(raw: bytes) -> list[bytes]:
 
 @dataclass
 class WireSystem:
-    inner: Any  # bench.systems.EngineSystem
+    inner: Any  # context_engine.bench.systems.EngineSystem
     api: str
     opaque: bool = False
     tally: OpaqueTally = field(default_factory=OpaqueTally)

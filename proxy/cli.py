@@ -7,8 +7,8 @@ import logging
 import sys
 from typing import Any
 
-from proxy.settings import ConfigError, Settings, load_settings
-from rules.base import RuleDeps
+from context_engine.proxy.settings import ConfigError, Settings, load_settings
+from context_engine.rules.base import RuleDeps
 
 
 def _serve_flags(p: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.app import create_app
+    from context_engine.proxy.edge.app import create_app
 
     settings = _settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
@@ -51,8 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from proxy.ledger import read_rows, redact
-    from proxy.report import build, parse_since, render, to_csv, to_json
+    from context_engine.proxy.recording.ledger import read_rows, redact
+    from context_engine.proxy.reporting.report import build, parse_since, render, to_csv, to_json
 
     settings = _settings(args)
     try:
@@ -79,14 +79,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from proxy.demo import run_demo
+    from context_engine.proxy.demo.demo import run_demo
 
     return run_demo(_settings(args), turns=args.turns)
 
 
 def cmd_bench(argv: list[str]) -> int:
     try:
-        from bench.cli import main as bench_main
+        from context_engine.bench.cli import main as bench_main
     except ImportError:
         print("context-engine: the bench is not installed in this build", file=sys.stderr)
         return 2
@@ -97,8 +97,8 @@ def rules_yaml() -> str:
     """The ``rules:`` and ``rule_options:`` blocks of config.yaml, with every option's help."""
     import json
 
-    from rules import DEFAULT_RULES, REGISTRY
-    from rules.base import config_help
+    from context_engine.rules import DEFAULT_RULES, REGISTRY
+    from context_engine.rules.base import config_help
 
     order = list(REGISTRY)  # the recommended run order; turning a rule on keeps its place
     lines = ["rules:"] + [f"  {n}: {'true' if n in DEFAULT_RULES else 'false'}" for n in order]
@@ -112,8 +112,8 @@ def rules_yaml() -> str:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from rules import DEFAULT_RULES, REGISTRY
-    from rules.base import config_help
+    from context_engine.rules import DEFAULT_RULES, REGISTRY
+    from context_engine.rules.base import config_help
 
     if args.yaml:
         print(rules_yaml(), end="")
@@ -132,13 +132,13 @@ def cmd_kb(args: argparse.Namespace) -> int:
     import os
     import time
 
-    from proxy.settings import build_rule_config
-    from proxy.store import open_store
-    from proxy.tokens import TokenCounter
-    from rules.embedders import make_embedder
-    from rules.knowledge_base import clauses, statuses
-    from rules.memory_search import render
-    from rules.retrieve import Retrieve
+    from context_engine.proxy.settings import build_rule_config
+    from context_engine.proxy.store.stores import open_store
+    from context_engine.proxy.engine.tokens import TokenCounter
+    from context_engine.rules.retrieve.embedders import make_embedder
+    from context_engine.rules.retrieve.knowledge_base import clauses, statuses
+    from context_engine.rules.retrieve.search import render
+    from context_engine.rules.retrieve.rule import Retrieve
 
     settings = _settings(args)
     options = dict(settings.rule_options.get("retrieve", {}))

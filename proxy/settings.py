@@ -15,9 +15,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from proxy.ledger import ledger_kind
-from proxy.profiles import CacheOptions, Profile, parse_cache, parse_profiles
-from rules import DEFAULT_RULES, REGISTRY
+from context_engine.proxy.recording.ledger import ledger_kind
+from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
+from context_engine.rules import DEFAULT_RULES, REGISTRY
 
 MODES = ("rewrite", "shadow", "ab")
 ENV_PREFIX = "CONTEXT_ENGINE_"
@@ -69,7 +69,7 @@ class Settings:
     rule_options: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict, metadata={"help": "per-rule options"})
     cache: CacheOptions = field(default_factory=CacheOptions,
-                                metadata={"help": "prompt_cache_key, auto_breakpoints (proxy/profiles.py)"})
+                                metadata={"help": "prompt_cache_key, auto_breakpoints (proxy/engine/profiles.py)"})
     profiles: tuple[Profile, ...] = field(
         default=(), metadata={"help": "model-name globs → rules and option overrides"})
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rules.budget import Budget
-from rules.fold_duplicates import FoldDuplicates
-from rules.retrieve import Retrieve
-from rules.summarize import Summarize
-from rules.tool_json import ToolJson
-from rules.zones import Zones
+from context_engine.rules.budget import Budget
+from context_engine.rules.fold_duplicates.rule import FoldDuplicates
+from context_engine.rules.retrieve.rule import Retrieve
+from context_engine.rules.summarize.rule import Summarize
+from context_engine.rules.tool_json.rule import ToolJson
+from context_engine.rules.zones.rule import Zones
 
 REGISTRY: dict[str, type[Any]] = {
     "fold_duplicates": FoldDuplicates,

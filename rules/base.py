@@ -15,10 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from proxy.context import RequestContext
-from proxy.store import MemoryStore, Store
-from proxy.tokens import TokenCounter
-from proxy.types import Message
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.store.stores import MemoryStore, Store
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.engine.types import Message
 
 
 @dataclass(frozen=True)

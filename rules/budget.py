@@ -48,9 +48,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.context import RequestContext
-from proxy.tokens import TokenCounter
-from rules.base import (
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
     RuleDeps,
@@ -63,7 +63,7 @@ from rules.base import (
     text_of,
     units,
 )
-from rules.slot_extraction import original_id
+from context_engine.rules.summarize.slots import original_id
 
 DROPPED = "[context-engine:dropped]"
 _STUB = re.compile(r"orig:[0-9a-f]{12}")

@@ -10,11 +10,11 @@ from typing import Any, Iterator
 import pytest
 from hypothesis import settings as hyp_settings
 
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.mock_upstream import MockUpstream, ServerThread
-from proxy.settings import load_settings
-from proxy.store import MemoryStore
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import MemoryStore
 
 hyp_settings.register_profile("fast", max_examples=60, deadline=None)
 hyp_settings.register_profile("deep", max_examples=1000, deadline=None)
@@ -51,7 +51,7 @@ class RunningProxy:
         """The ledger, once every request so far has been finished and written."""
         import time
 
-        from proxy.ledger import read_rows
+        from context_engine.proxy.recording.ledger import read_rows
 
         deadline = time.time() + 20
         while self.app.state.finisher.unfinished and time.time() < deadline:
@@ -99,7 +99,7 @@ def _service(what: str, start: Any) -> Any:
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A throwaway PostgreSQL server from Debian's binaries, on a free loopback port."""
-    from bench.fleet import Postgres
+    from context_engine.bench.fleet import Postgres
 
     server = _service("PostgreSQL", Postgres)
     with server:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.context import RequestContext
-from rules.base import RuleDeps, last_user_index
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.rules.base import RuleDeps, last_user_index
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ import asyncio
 import json
 from typing import Any
 
-from proxy.context import RequestContext
-from proxy.invariants import rewrite_problems
-from proxy.store import MemoryStore
-from proxy.tokens import TokenCounter
-from rules.base import RuleDeps
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.store.stores import MemoryStore
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import RuleDeps
 
 
 def make_ctx(messages: list[dict[str, Any]], **kw: Any) -> RequestContext:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.adapters import ADAPTERS
-from proxy.adapters.base import OPAQUE, SRC
-from proxy.jsonspan import array_spans, object_spans
-from proxy.invariants import rewrite_problems
+from context_engine.proxy.adapters import ADAPTERS
+from context_engine.proxy.adapters.base import OPAQUE, SRC
+from context_engine.proxy.edge.jsonspan import array_spans, object_spans
+from context_engine.proxy.engine.invariants import rewrite_problems
 
 GOLDEN = sorted((Path(__file__).parent / "golden" / "wire").glob("*.json"))
 

@@ -16,12 +16,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.ledger import read_rows
-from proxy.mock_upstream import MockUpstream, ServerThread
-from proxy.settings import load_settings
-from proxy.store import MemoryStore
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.recording.ledger import read_rows
+from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import MemoryStore
 
 # The first output is long: tool_json clips it (over max_chars), so the ledger shows a rewrite.
 SCRIPT = [{"shell": "seq 1 4000"}, {"shell": "echo step-two-done"}, {"shell": "ls"},

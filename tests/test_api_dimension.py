@@ -34,7 +34,7 @@ def test_every_view_splits_by_api(start_proxy):
     families = {f.name: f for f in text_string_to_metric_families(httpx.get(proxy.url + "/metrics").text)}
     apis = {s.labels["api"] for s in families["context_engine_requests"].samples if s.name.endswith("_total")}
     assert apis == {"chat", "responses", "anthropic"}
-    r = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--ledger", proxy.ledger_path,
+    r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--ledger", proxy.ledger_path,
                         "--config", "/dev/null", "--by", "api", "--format", "json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

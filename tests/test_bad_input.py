@@ -14,11 +14,11 @@ import os
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.mock_upstream import ServerThread
-from proxy.settings import load_settings
-from proxy.store import MemoryStore
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import MemoryStore
 from tests import raw_upstream
 from tests.conftest import RunningProxy
 

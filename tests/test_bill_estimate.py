@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from proxy.aggregate import cache_breaks, overall, row_bill
-from proxy.context import RequestContext
-from proxy.mock_upstream import ServerThread
+from context_engine.proxy.reporting.aggregate import cache_breaks, overall, row_bill
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.demo.mock_upstream import ServerThread
 from tests.fake_rules import NoConfig
 
 WORDS = ("harbour lantern quarry velvet orchid turbine meadow cobalt ember saffron "
@@ -194,7 +194,7 @@ def test_report_stats_and_metrics_label_estimate_and_billed(start_proxy):
     import httpx
     from rich.console import Console
 
-    from proxy.report import build, render
+    from context_engine.proxy.reporting.report import build, render
 
     proxy = start_proxy(rules=[FoldEveryThird()])
     rows = _send(proxy, conversation(8, "views"), "views")

@@ -9,11 +9,11 @@ import uuid
 
 import httpx
 
-from proxy import tokens
-from proxy.context_metrics import Oscillation
-from proxy.memo import BoundedCache, memoize
-from proxy.tokens import TokenCounter, get_encoding
-from rules.fold_patterns import normalize
+from context_engine.proxy.engine import tokens
+from context_engine.proxy.recording.context_metrics import Oscillation
+from context_engine.proxy.engine.memo import BoundedCache, memoize
+from context_engine.proxy.engine.tokens import TokenCounter, get_encoding
+from context_engine.rules.fold_duplicates.patterns import normalize
 
 
 def test_bounded_cache_keeps_both_caps_and_evicts_least_recent_first():

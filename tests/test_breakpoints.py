@@ -13,8 +13,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.breakpoints import restore
-from proxy.prefix import MARK, canonical
+from context_engine.proxy.engine.breakpoints import restore
+from context_engine.proxy.engine.prefix import MARK, canonical
 
 CC = {"type": "ephemeral"}
 
@@ -215,9 +215,9 @@ def agent_conversation(draw):
 def test_real_rules_never_move_lose_or_add_a_breakpoint_against_the_rules(msgs):
     import asyncio
 
-    from proxy.engine import Engine
-    from proxy.settings import load_settings
-    from proxy.store import MemoryStore
+    from context_engine.proxy.engine.engine import Engine
+    from context_engine.proxy.settings import load_settings
+    from context_engine.proxy.store.stores import MemoryStore
 
     settings = load_settings(flags={"rules": "fold_duplicates,tool_json", "store": "memory://"},
                              env={}, config_path="/dev/null")
@@ -240,9 +240,9 @@ def test_a_marker_on_the_newest_tool_result_stays_on_its_compacted_form():
     cache), not on the assistant message before it."""
     import asyncio
 
-    from proxy.engine import Engine
-    from proxy.settings import load_settings
-    from proxy.store import MemoryStore
+    from context_engine.proxy.engine.engine import Engine
+    from context_engine.proxy.settings import load_settings
+    from context_engine.proxy.store.stores import MemoryStore
 
     rows = [{"id": k, "name": f"item {k}", "note": None, "tags": []} for k in range(8)]
     msgs = [{"role": "system", "content": "You are an agent."},

@@ -1,16 +1,16 @@
-"""Provider cache models (proxy/cache_model.py) and the bench's token-level simulators
+"""Provider cache models (proxy/billing/cache_model.py) and the bench's token-level simulators
 (bench/billing.py) on the same conversations: they must agree on what gets cached."""
 
 from __future__ import annotations
 
 import asyncio
 
-from bench import billing
-from bench.systems import Outcome
-from proxy import cache_model
-from proxy.cache_model import PrefixCache
-from proxy.prefix import MARK, shared_segments, signature
-from proxy.tokens import TokenCounter
+from context_engine.bench import billing
+from context_engine.bench.systems import Outcome
+from context_engine.proxy.billing import cache_model
+from context_engine.proxy.billing.cache_model import PrefixCache
+from context_engine.proxy.engine.prefix import MARK, shared_segments, signature
+from context_engine.proxy.engine.tokens import TokenCounter
 
 COUNTER = TokenCounter()
 
@@ -122,7 +122,7 @@ def test_report_equals_the_bill_when_nothing_is_rewritten():
 def test_replay_shows_the_ab_arms_beside_the_estimate():
     from rich.console import Console
 
-    from bench.report import ab_table
+    from context_engine.bench.report import ab_table
 
     totals = billing.BillTotals()
     totals.add(_unchanged_replay("c2"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.context_metrics import Oscillation, data_segments, tool_retries, utilization
-from rules.base import MEMORY_HEADER, SUMMARY_HEADER
+from context_engine.proxy.recording.context_metrics import Oscillation, data_segments, tool_retries, utilization
+from context_engine.rules.base import MEMORY_HEADER, SUMMARY_HEADER
 
 
 def test_data_segments_are_tool_results_summaries_and_memory():

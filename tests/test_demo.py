@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from proxy.demo_conversation import conversation, request_points
-from proxy.invariants import problems
-from proxy.ledger import read_rows
+from context_engine.proxy.demo.conversation import conversation, request_points
+from context_engine.proxy.engine.invariants import problems
+from context_engine.proxy.recording.ledger import read_rows
 
 
 def test_sample_conversation_is_a_valid_request_at_every_point():
@@ -18,7 +18,7 @@ def test_sample_conversation_is_a_valid_request_at_every_point():
 
 def test_demo_replays_through_the_sdk_and_reports(tmp_path):
     ledger = tmp_path / "demo.db"
-    r = subprocess.run([sys.executable, "-m", "proxy.cli", "demo", "--ledger", str(ledger),
+    r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "demo", "--ledger", str(ledger),
                         "--store", "memory://", "--config", "/dev/null"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

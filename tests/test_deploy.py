@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from proxy.settings import ALL_KEYS
+from context_engine.proxy.settings import ALL_KEYS
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"

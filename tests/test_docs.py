@@ -6,8 +6,8 @@ import dataclasses
 
 import yaml
 
-from proxy.settings import ALL_KEYS
-from rules import DEFAULT_RULES, REGISTRY
+from context_engine.proxy.settings import ALL_KEYS
+from context_engine.rules import DEFAULT_RULES, REGISTRY
 from tests.conftest import REPO
 
 
@@ -45,9 +45,10 @@ def test_every_rule_module_has_the_documented_sections():
     import importlib
 
     for name in REGISTRY:
-        doc = importlib.import_module(f"rules.{name}").__doc__ or ""
+        module = REGISTRY[name].__module__
+        doc = importlib.import_module(module).__doc__ or ""
         for section in ("What it does", "Why", "Example", "Options", "Risks"):
-            assert section in doc, f"rules/{name}.py docstring lacks {section!r}"
+            assert section in doc, f"{module} docstring lacks {section!r}"
 
 
 def test_readme_rules_table_says_which_rules_are_on_by_default():

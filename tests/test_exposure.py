@@ -12,8 +12,8 @@ import sys
 import httpx
 import pytest
 
-from proxy.session import caller_hash, session_id, session_key
-from proxy.settings import ConfigError, load_settings
+from context_engine.proxy.engine.session import caller_hash, session_id, session_key
+from context_engine.proxy.settings import ConfigError, load_settings
 from tests.conftest import REPO
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -24,7 +24,7 @@ def test_non_loopback_bind_without_admin_token_refuses_to_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_ENGINE_")}
     env["PYTHONPATH"] = str(REPO)
     run = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "serve", "--config", os.devnull, "--host", "0.0.0.0",
+        [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--config", os.devnull, "--host", "0.0.0.0",
          "--port", "1", "--store", "memory://", "--ledger", str(tmp_path / "l.db")],
         env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
@@ -115,6 +115,6 @@ def test_ledger_rows_carry_the_keyed_scope(start_proxy):
 
 def test_admin_token_setting_is_validated_at_start_up():
     with pytest.raises(ConfigError, match="admin_token"):
-        from proxy.exposure import check_exposure
+        from context_engine.proxy.edge.exposure import check_exposure
 
         check_exposure(load_settings(flags={"host": "10.1.2.3"}, env={}, config_path=os.devnull))

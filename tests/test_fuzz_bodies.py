@@ -30,8 +30,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.body import parse_body
-from proxy.ledger import read_rows
+from context_engine.proxy.edge.body import parse_body
+from context_engine.proxy.recording.ledger import read_rows
 from tests import raw_upstream
 from tests.json_fuzz import BodyGen
 
@@ -87,7 +87,7 @@ class Served:
         env.update(PYTHONPATH=str(REPO), CONTEXT_ENGINE_LOG_LEVEL="warning")
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.cli", "serve", "--config", str(config),
+                [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--config", str(config),
                  "--port", str(port), "--upstream", self.upstream.url + "/v1",
                  "--ledger", self.ledger, "--store", "memory://"],
                 env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from proxy.cli import main
-from rules.base import MEMORY_HEADER, text_of
-from rules.retrieve import Retrieve
+from context_engine.proxy.cli import main
+from context_engine.rules.base import MEMORY_HEADER, text_of
+from context_engine.rules.retrieve.rule import Retrieve
 from tests.harness import run_rule
 
 OLD = """---
@@ -95,7 +95,7 @@ def test_kb_broken_document_is_reported_and_strict_fails(tmp_path, capsys):
 def test_kb_bad_input_exits_2_with_a_message(tmp_path):
     for args, message in ((["--dir", str(tmp_path / "missing")], "no knowledge folder"),
                           (["--dir", str(tmp_path), "--date", "2024-13-01"], "knowledge_date must be an ISO date")):
-        r = subprocess.run([sys.executable, "-m", "proxy.cli", "kb", "--store", "memory://", *args],
+        r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "kb", "--store", "memory://", *args],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2, r.stderr
         assert message in r.stderr and "Traceback" not in r.stderr

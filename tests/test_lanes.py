@@ -1,4 +1,4 @@
-"""Where rewrites run (``proxy.lanes`` through ``Engine``): one session in order, sessions in
+"""Where rewrites run (``context_engine.proxy.engine.lanes`` through ``Engine``): one session in order, sessions in
 parallel, background work in its own lane, bounded queues, the rules deadline.
 
 No timed assertions: rules block on events the test releases, and the order things
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.context import RequestContext
-from proxy.engine import Engine
-from proxy.lanes import BackgroundLane, RequestLane
-from proxy.settings import load_settings
-from proxy.store import MemoryStore
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.engine.lanes import BackgroundLane, RequestLane
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import MemoryStore
 
 WAIT = 30  # seconds an event may take before a test gives up (never reached when it passes)
 
@@ -241,7 +241,7 @@ def test_no_deadline_within_it():
 
 @pytest.mark.parametrize("bad", [{"rules_deadline_ms": -1}, {"rules_queue": 0}, {"rule_workers": -2}])
 def test_bad_lane_settings_stop_start_up(bad):
-    from proxy.settings import ConfigError
+    from context_engine.proxy.settings import ConfigError
 
     key, value = next(iter(bad.items()))
     with pytest.raises(ConfigError, match=key):

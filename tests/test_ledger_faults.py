@@ -36,7 +36,7 @@ import math  # noqa: E402
 import os  # noqa: E402
 import sqlite3  # noqa: E402
 
-from proxy.ledger import Ledger, LedgerRow, read_rows  # noqa: E402
+from context_engine.proxy.recording.ledger import Ledger, LedgerRow, read_rows  # noqa: E402
 
 
 def test_values_sqlite_cannot_take_are_cleaned_not_fatal(tmp_path):
@@ -131,12 +131,12 @@ def test_an_older_ledger_gains_new_columns(tmp_path):
 
 # --- what the server says about it --------------------------------------------------------
 
-from proxy.app import create_app  # noqa: E402
-from proxy.engine import Engine  # noqa: E402
-from proxy.metrics import MAX_LABEL_VALUES, Metrics  # noqa: E402
-from proxy.mock_upstream import ServerThread  # noqa: E402
-from proxy.settings import load_settings  # noqa: E402
-from proxy.store import MemoryStore  # noqa: E402
+from context_engine.proxy.edge.app import create_app  # noqa: E402
+from context_engine.proxy.engine.engine import Engine  # noqa: E402
+from context_engine.proxy.recording.metrics import MAX_LABEL_VALUES, Metrics  # noqa: E402
+from context_engine.proxy.demo.mock_upstream import ServerThread  # noqa: E402
+from context_engine.proxy.settings import load_settings  # noqa: E402
+from context_engine.proxy.store.stores import MemoryStore  # noqa: E402
 
 
 def _serve(mock, ledger):
@@ -223,7 +223,7 @@ def test_a_stopped_writer_is_reported_and_stats_still_answers(mock, tmp_path):
 def test_ledger_retention_days_is_a_setting_the_server_applies(mock, tmp_path):
     import pytest
 
-    from proxy.settings import ConfigError
+    from context_engine.proxy.settings import ConfigError
 
     path = str(tmp_path / "l.db")
     old = Ledger(path)

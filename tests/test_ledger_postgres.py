@@ -15,13 +15,13 @@ import httpx
 import psycopg
 import pytest
 
-from bench.fleet import free_port
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.ledger import Ledger, LedgerRow, read_rows
-from proxy.mock_upstream import ServerThread
-from proxy.settings import ConfigError, load_settings
-from proxy.store import MemoryStore
+from context_engine.bench.fleet import free_port
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.recording.ledger import Ledger, LedgerRow, read_rows
+from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.settings import ConfigError, load_settings
+from context_engine.proxy.store.stores import MemoryStore
 from tests.conftest import REPO
 
 
@@ -131,7 +131,7 @@ def test_stats_and_report_read_the_postgres_ledger(mock, pg_ledger):
                 break
         assert stats["overall"]["requests"] == 3 and stats["ledger"]["complete"]
         assert [(t["key"], t["requests"]) for t in stats["by_replica"]] == [("alpha", 3)]
-    out = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--config", os.devnull,
+    out = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--config", os.devnull,
                           "--ledger", pg_ledger, "--format", "json", "--by", "replica"],
                          capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.returncode == 0, out.stderr
@@ -140,7 +140,7 @@ def test_stats_and_report_read_the_postgres_ledger(mock, pg_ledger):
 
 
 def _serve(*flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxy.cli", "serve", "--config", os.devnull,
+    return subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "serve", "--config", os.devnull,
                            "--port", str(free_port()), *flags], capture_output=True, text=True,
                           timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -159,7 +159,7 @@ def test_an_unreachable_database_stops_start_up_naming_the_setting(postgres):
     assert out.returncode == 2, out.stderr
     assert "bad configuration: ledger: cannot connect to postgresql://ce:***@127.0.0.1" in out.stderr
     assert "secret" not in out.stderr and "Traceback" not in out.stderr
-    report = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--config", os.devnull,
+    report = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--config", os.devnull,
                              "--ledger", url], capture_output=True, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert report.returncode == 2 and "ledger: cannot connect" in report.stderr
@@ -172,7 +172,7 @@ def test_report_on_a_database_no_server_has_written_to_is_empty_and_creates_noth
 
 
 def test_while_postgres_is_down_rows_are_dropped_and_counted_then_writing_resumes(tmp_path):
-    from bench.fleet import Postgres
+    from context_engine.bench.fleet import Postgres
 
     with Postgres() as server:
         url = server.database("outage")

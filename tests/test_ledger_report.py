@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from proxy.ledger import Ledger, LedgerRow, read_rows
-from proxy.pricing import price_for
-from proxy.aggregate import row_costs, totals_by
-from proxy.report import parse_since
+from context_engine.proxy.recording.ledger import Ledger, LedgerRow, read_rows
+from context_engine.proxy.billing.pricing import price_for
+from context_engine.proxy.reporting.aggregate import row_costs, totals_by
+from context_engine.proxy.reporting.report import parse_since
 from tests.fake_rules import DropOldAssistant
 
 MSGS = [
@@ -75,10 +75,10 @@ def test_report_command_prints_the_bill(start_proxy):
     proxy = start_proxy(rules=[DropOldAssistant()])
     proxy.client().chat.completions.create(model="gpt-4o", messages=MSGS)
     proxy.rows()
-    r = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--ledger", proxy.ledger_path,
+    r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--ledger", proxy.ledger_path,
                         "--config", "/dev/null", "--since", "1h"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "gpt-4o" in r.stdout and "saving" in r.stdout and "$" in r.stdout
-    bad = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--ledger", proxy.ledger_path,
+    bad = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--ledger", proxy.ledger_path,
                           "--config", "/dev/null", "--since", "soon"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--since" in bad.stderr

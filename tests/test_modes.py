@@ -10,10 +10,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy import modes
-from proxy.ab_compare import compare
-from proxy.aggregate import row_costs
-from proxy.report import build, to_csv
+from context_engine.proxy.engine import modes
+from context_engine.proxy.reporting.ab_compare import compare
+from context_engine.proxy.reporting.aggregate import row_costs
+from context_engine.proxy.reporting.report import build, to_csv
 from tests.fake_rules import DropOldAssistant
 
 MSGS = [
@@ -131,7 +131,7 @@ def test_report_views(start_proxy):
     assert len(build(rows, "session")["rows"]) == 2
     assert to_csv(build(rows, "day")).splitlines()[0].startswith("key,requests,")
     for by, fmt in (("rule", "table"), ("session", "json"), ("day", "csv")):
-        r = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--ledger", proxy.ledger_path,
+        r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--ledger", proxy.ledger_path,
                             "--config", "/dev/null", "--by", by, "--format", fmt],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr

@@ -9,9 +9,9 @@ import sys
 
 import httpx
 
-from proxy.context import RequestContext
-from proxy.pipeline import Pipeline
-from proxy.tokens import TokenCounter
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.pipeline import Pipeline
+from context_engine.proxy.engine.tokens import TokenCounter
 from tests.fake_rules import BreaksLastUser, DropOldAssistant, Raises
 
 MSGS = [
@@ -73,9 +73,9 @@ def test_failed_open_is_in_the_ledger(start_proxy, mock):
 SCRIPT = """
 import asyncio, json, sys
 sys.path.insert(0, ".")
-from proxy.body import parse_body, splice
-from proxy.engine import Engine
-from proxy.settings import load_settings
+from context_engine.proxy.edge.body import parse_body, splice
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.settings import load_settings
 raw = sys.stdin.buffer.read()
 body = parse_body(raw)
 engine = Engine(load_settings(flags={"store": "memory://"}, env={}, config_path="/dev/null"))
@@ -86,7 +86,7 @@ sys.stdout.buffer.write(splice(body, res.ctx.messages))
 
 
 def test_default_rewrites_are_byte_identical_across_processes():
-    from proxy.demo_conversation import TOOLS, conversation
+    from context_engine.proxy.demo.conversation import TOOLS, conversation
 
     body = json.dumps({"model": "gpt-4o", "messages": conversation(), "tools": TOOLS},
                       ensure_ascii=False).encode()

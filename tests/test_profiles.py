@@ -9,12 +9,12 @@ import os
 import httpx
 import pytest
 
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.mock_upstream import ServerThread
-from proxy.profiles import prompt_cache_key
-from proxy.settings import ConfigError, load_settings
-from proxy.store import MemoryStore
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.engine.profiles import prompt_cache_key
+from context_engine.proxy.settings import ConfigError, load_settings
+from context_engine.proxy.store.stores import MemoryStore
 from tests.conftest import RunningProxy
 
 LONG = "The deployment log shows " + " ".join(f"step{i} ok" for i in range(120))

@@ -9,10 +9,10 @@ import uuid
 import httpx
 import pytest
 
-from proxy.redis_store import RedisStore
-from proxy.store import open_store
-from proxy.store_breaker import GuardedStore
-from rules.tool_json import ToolJson, original_id
+from context_engine.proxy.store.redis_store import RedisStore
+from context_engine.proxy.store.stores import open_store
+from context_engine.proxy.store.breaker import GuardedStore
+from context_engine.rules.tool_json.rule import ToolJson, original_id
 from tests.harness import make_deps
 
 REDIS = os.environ.get("CONTEXT_ENGINE_TEST_REDIS", "")

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.cases import load_cases, request_points
-from bench.fleet import Nginx, Replica, nginx_bin
-from proxy.ledger import read_rows
+from context_engine.bench.cases import load_cases, request_points
+from context_engine.bench.fleet import Nginx, Replica, nginx_bin
+from context_engine.proxy.recording.ledger import read_rows
 from tests.conftest import DATA, REPO, _service
 
 REDIS = os.environ.get("CONTEXT_ENGINE_TEST_REDIS", "")
@@ -170,7 +170,7 @@ def test_two_replicas_behind_nginx_agree_with_one_replica(mock, postgres, pg_led
     assert set(by_session[pinned["A"]]) == {"A"} and set(by_session[pinned["B"]]) == {"B"}
     assert by_session["alternating"] == ["A", "B"] * 5
     # report and /stats: the fleet's totals, equal to the sum over replicas
-    report = subprocess.run([sys.executable, "-m", "proxy.cli", "report", "--config", os.devnull, "--ledger",
+    report = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--config", os.devnull, "--ledger",
                              pg_ledger, "--by", "replica", "--format", "json"], capture_output=True,
                             text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     data = json.loads(report.stdout)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from proxy.settings import ConfigError, build_rule_config, load_settings
-from rules import REGISTRY
-from rules.base import option
+from context_engine.proxy.settings import ConfigError, build_rule_config, load_settings
+from context_engine.rules import REGISTRY
+from context_engine.rules.base import option
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def test_bad_config_names_the_key(tmp_path, demo_rule, text, needle):
 
 def test_serve_refuses_to_start_on_bad_config(tmp_path):
     path = write(tmp_path, "mode: turbo\n")
-    r = subprocess.run([sys.executable, "-m", "proxy.cli", "serve", "--config", path],
+    r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "serve", "--config", path],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "bad configuration: mode: 'turbo' is not valid; valid modes" in r.stderr

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from proxy.ledger import read_rows
+from context_engine.proxy.recording.ledger import read_rows
 from tests.conftest import REPO
 
 
@@ -26,7 +26,7 @@ def _start(mock, tmp_path, port):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env = {k: v for k, v in env.items() if not k.startswith("CONTEXT_ENGINE_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "proxy.cli", "serve", "--port", str(port), "--rules", "",
+        [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--port", str(port), "--rules", "",
          "--store", "memory://", "--ledger", str(tmp_path / "ledger.db"), "--config", os.devnull,
          "--upstream", mock.url + "/v1"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import redis
 
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.mock_upstream import ServerThread
-from proxy.redis_store import RedisStore
-from proxy.settings import load_settings
-from proxy.store import StoreUnavailable, open_store
-from proxy.store_breaker import GuardedStore
-from rules.embedders import HashingEmbedder
-from rules.memory_index import EmbeddingCache
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.store.redis_store import RedisStore
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import StoreUnavailable, open_store
+from context_engine.proxy.store.breaker import GuardedStore
+from context_engine.rules.retrieve.embedders import HashingEmbedder
+from context_engine.rules.retrieve.index import EmbeddingCache
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 

@@ -15,13 +15,13 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.ledger import read_rows
-from proxy.mock_upstream import ServerThread
-from proxy.settings import load_settings
-from proxy.store import MemoryStore
-from proxy.tracing import make_tracer
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.recording.ledger import read_rows
+from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import MemoryStore
+from context_engine.proxy.recording.tracing import make_tracer
 from tests.conftest import REPO
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -133,8 +133,8 @@ def test_otel_true_exports_spans_over_otlp_as_the_otel_variables_say(mock, tmp_p
 
 def test_tracing_is_off_by_default_and_the_server_then_never_imports_opentelemetry(tmp_path):
     assert load_settings(flags={}, env={}, config_path=os.devnull).otel is False
-    code = ("import sys; from proxy.cli import main; from proxy.app import create_app; "
-            "from proxy.settings import load_settings; "
+    code = ("import sys; from context_engine.proxy.cli import main; from context_engine.proxy.edge.app import create_app; "
+            "from context_engine.proxy.settings import load_settings; "
             f"create_app(load_settings(flags={{'ledger': {str(tmp_path / 'l.db')!r}, 'store': 'memory://', "
             "'rules': ''}, env={}, config_path='/dev/null')); "
             "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'psycopg'))))")

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from bench.wire import to_anthropic, to_responses
-from proxy.adapters import anthropic, responses
-from proxy.adapters.memo import KEY, TranslationMemo, last_item_start
+from context_engine.bench.wire import to_anthropic, to_responses
+from context_engine.proxy.adapters import anthropic, responses
+from context_engine.proxy.adapters.memo import KEY, TranslationMemo, last_item_start
 
 MODULES = {"responses": responses, "anthropic": anthropic}
 ARRAY = {"responses": "input", "anthropic": "messages"}

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from proxy.adapters import anthropic, chat, responses
-from proxy.adapters.base import Parsed
-from proxy.errors import ProxyError
+from context_engine.proxy.adapters import anthropic, chat, responses
+from context_engine.proxy.adapters.base import Parsed
+from context_engine.proxy.edge.errors import ProxyError
 
 
 @dataclass(frozen=True)

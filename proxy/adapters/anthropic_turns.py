@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from proxy.adapters.base import dumps
+from context_engine.proxy.adapters.base import dumps
 
 LEFT_OUT = dumps({"type": "text", "text": "(earlier turns left out)"})
 KindOf = Callable[[str], tuple[str, str]]  # a block's text -> (its type, its tool id)

@@ -1,5 +1,5 @@
 """The invariant that keeps opaque items (reasoning, thinking, compaction, unknown types)
-intact through the rules. Called from ``proxy.invariants.rewrite_problems``.
+intact through the rules. Called from ``context_engine.proxy.engine.invariants.rewrite_problems``.
 
 - every opaque item reaches the rewrite, the same and in the same order;
 - the message that holds one is never dropped;
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.adapters.base import OPAQUE, SRC
+from context_engine.proxy.adapters.base import OPAQUE, SRC
 
 
 def _key(m: Any) -> tuple[Any, Any, Any]:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from proxy.adapters.memo import TranslationMemo
-from proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
+from context_engine.proxy.adapters.memo import TranslationMemo
+from context_engine.proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
                                  groups, join_pieces, neutral_body, plain_text, rebuild_units)
-from proxy.errors import BadRequest, ProxyError
-from proxy.jsonspan import array_spans, decode_request, replace_spans
+from context_engine.proxy.edge.errors import BadRequest, ProxyError
+from context_engine.proxy.edge.jsonspan import array_spans, decode_request, replace_spans
 
 CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 RESULTS = {"function_call_output", "custom_tool_call_output"}

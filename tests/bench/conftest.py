@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from proxy.context import RequestContext
-from rules import REGISTRY
-from rules.base import option
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.rules import REGISTRY
+from context_engine.rules.base import option
 
 SYSTEM = {"role": "system", "content": "You are a helpful agent."}
 

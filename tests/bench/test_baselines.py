@@ -1,8 +1,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.baselines import last_n, mask_observations, none, placeholder
-from proxy.invariants import rewrite_problems
+from context_engine.bench.baselines import last_n, mask_observations, none, placeholder
+from context_engine.proxy.engine.invariants import rewrite_problems
 from tests.bench.conftest import SYSTEM, agent_messages, tool_call
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from bench.cases import DEV_FILES, data_dir, load_cases
-from bench.cli import main
+from context_engine.bench.cases import DEV_FILES, data_dir, load_cases
+from context_engine.bench.cli import main
 
 DATA = data_dir()
 needs_data = pytest.mark.skipif(

@@ -2,10 +2,10 @@ import asyncio
 
 from rich.console import Console
 
-from bench.report import markdown, print_report
-from bench.runner import run_replay, run_single, summarize
-from bench.systems import build_systems, engine_settings
-from proxy.tokens import TokenCounter
+from context_engine.bench.report import markdown, print_report
+from context_engine.bench.runner import run_replay, run_single, summarize
+from context_engine.bench.systems import build_systems, engine_settings
+from context_engine.proxy.engine.tokens import TokenCounter
 from tests.bench.test_runner import _case
 
 

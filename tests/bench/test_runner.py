@@ -1,11 +1,11 @@
 import asyncio
 
-from bench.baselines import none
-from bench.cases import Case, Probe, request_points
-from bench.runner import replay_case, run_replay, run_single, summarize
-from bench.systems import BaselineSystem, build_systems, engine_settings
-from bench.tally import Tally
-from proxy.tokens import TokenCounter
+from context_engine.bench.baselines import none
+from context_engine.bench.cases import Case, Probe, request_points
+from context_engine.bench.runner import replay_case, run_replay, run_single, summarize
+from context_engine.bench.systems import BaselineSystem, build_systems, engine_settings
+from context_engine.bench.tally import Tally
+from context_engine.proxy.engine.tokens import TokenCounter
 from tests.bench.conftest import agent_messages
 
 COUNTER = TokenCounter("o200k_base")

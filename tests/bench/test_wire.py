@@ -4,12 +4,12 @@ import asyncio
 
 import pytest
 
-from bench.cases import Case, Probe
-from bench.runner import run_replay, run_single, summarize
-from bench.systems import build_systems, engine_settings
-from bench.wire import WireSystem, convert_case, to_wire
-from proxy.adapters import ADAPTERS
-from proxy.tokens import TokenCounter
+from context_engine.bench.cases import Case, Probe
+from context_engine.bench.runner import run_replay, run_single, summarize
+from context_engine.bench.systems import build_systems, engine_settings
+from context_engine.bench.wire import WireSystem, convert_case, to_wire
+from context_engine.proxy.adapters import ADAPTERS
+from context_engine.proxy.engine.tokens import TokenCounter
 from tests.bench.conftest import agent_messages
 
 COUNTER = TokenCounter("o200k_base")

@@ -11,9 +11,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.tokens import TokenCounter
-from rules.base import SUMMARY_HEADER, last_user_index, units
-from rules.budget import Budget, BudgetConfig, context_window
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import SUMMARY_HEADER, last_user_index, units
+from context_engine.rules.budget import Budget, BudgetConfig, context_window
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 from tests.rules.chat_strategies import conversation
 
@@ -132,15 +132,15 @@ def test_a_unit_with_stubbed_and_raw_results_loses_only_the_raw_ones():
 
 
 def test_no_model_map_means_no_derived_budget(monkeypatch):
-    from rules import budget as module
+    from context_engine.rules import budget as module
 
     monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None)
     assert module.model_windows.__wrapped__() == {}
 
 
 def test_summarize_then_budget_through_the_engine(tmp_path):
-    from proxy.engine import Engine
-    from proxy.settings import load_settings
+    from context_engine.proxy.engine.engine import Engine
+    from context_engine.proxy.settings import load_settings
 
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"rule_options": {

@@ -8,8 +8,8 @@ from __future__ import annotations
 import copy
 import json
 
-from proxy.store import MemoryStore
-from rules.embedders import HashingEmbedder
+from context_engine.proxy.store.stores import MemoryStore
+from context_engine.rules.retrieve.embedders import HashingEmbedder
 from tests.harness import make_deps
 from tests.rules.test_prefetch import RecordingEmbedder as Counting
 from tests.rules.test_retrieve import apply, chat, memory_of, rule

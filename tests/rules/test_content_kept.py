@@ -15,19 +15,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.context import RequestContext
-from proxy.invariants import rewrite_problems
-from proxy.pipeline import Pipeline
-from proxy.tokens import TokenCounter
-from rules.base import MEMORY_HEADER, media_reference, media_refs, text_of
-from rules.budget import Budget
-from rules.embedders import HashingEmbedder
-from rules.fold_duplicates import FoldDuplicates
-from rules.retrieve import Retrieve
-from rules.summarize import Summarize
-from rules.tool_json import ToolJson
-from rules.zone_fence import quote_role_labels
-from rules.zones import Zones
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.engine.pipeline import Pipeline
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import MEMORY_HEADER, media_reference, media_refs, text_of
+from context_engine.rules.budget import Budget
+from context_engine.rules.retrieve.embedders import HashingEmbedder
+from context_engine.rules.fold_duplicates.rule import FoldDuplicates
+from context_engine.rules.retrieve.rule import Retrieve
+from context_engine.rules.summarize.rule import Summarize
+from context_engine.rules.tool_json.rule import ToolJson
+from context_engine.rules.zones.fence import quote_role_labels
+from context_engine.rules.zones.rule import Zones
 from tests.conftest import DATA
 from tests.harness import make_deps
 from tests.rules.chat_strategies import conversation

@@ -6,7 +6,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from rules.embedders import make_embedder, minilm_dir
+from context_engine.rules.retrieve.embedders import make_embedder, minilm_dir
 
 pytestmark = pytest.mark.skipif(
     minilm_dir() is None or importlib.util.find_spec("onnxruntime") is None

@@ -11,10 +11,10 @@ import uuid
 import numpy as np
 import pytest
 
-from proxy.store import DiskStore, MemoryStore
-from rules import embedding_cache
-from rules.embedders import HashingEmbedder
-from rules.embedding_cache import EmbeddingCache
+from context_engine.proxy.store.stores import DiskStore, MemoryStore
+from context_engine.rules.retrieve import embedding_cache
+from context_engine.rules.retrieve.embedders import HashingEmbedder
+from context_engine.rules.retrieve.embedding_cache import EmbeddingCache
 
 REDIS = os.environ.get("CONTEXT_ENGINE_TEST_REDIS", "")
 
@@ -39,7 +39,7 @@ def _stores(tmp_path):
     disk = DiskStore(str(tmp_path / "store"))
     yield "disk", lambda: disk
     if REDIS:
-        from proxy.store import open_store
+        from context_engine.proxy.store.stores import open_store
 
         yield "redis", lambda: open_store(REDIS)  # each replica its own client
 

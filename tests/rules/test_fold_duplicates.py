@@ -13,12 +13,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.invariants import rewrite_problems
-from proxy.tokens import TokenCounter
-from rules import REGISTRY
-from rules.base import last_user_index, system_prefix_len
-from rules.fold_duplicates import FoldDuplicates, FoldDuplicatesConfig
-from rules.fold_patterns import is_ack, normalize, parse_config_change
+from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules import REGISTRY
+from context_engine.rules.base import last_user_index, system_prefix_len
+from context_engine.rules.fold_duplicates.rule import FoldDuplicates, FoldDuplicatesConfig
+from context_engine.rules.fold_duplicates.patterns import is_ack, normalize, parse_config_change
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 GOLDEN = yaml.safe_load(

@@ -23,21 +23,21 @@ from typing import Any, Callable
 
 import pytest
 
-from proxy.context import RequestContext
-from proxy.settings import build_rules, load_settings
-from proxy.store import MemoryStore
-from proxy.tokens import TokenCounter
-from rules.base import RuleDeps
-from rules.embedders import HashingEmbedder
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.settings import build_rules, load_settings
+from context_engine.proxy.store.stores import MemoryStore
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import RuleDeps
+from context_engine.rules.retrieve.embedders import HashingEmbedder
 
 GROWTH = 8.0  # allowed time ratio for 4× the input (linear ≈ 4, quadratic ≈ 16)
 
 # Modules whose patterns see request content (user, assistant and tool text).
-MODULES = ("rules.fold_patterns", "rules.fold_duplicates", "rules.query_analysis",
-           "rules.slot_extraction", "rules.summarize", "rules.llm_summarizer", "rules.budget",
-           "rules.zones", "rules.zone_fence", "rules.json_compact", "rules.json_templates",
-           "rules.tool_json", "rules.memory_window", "rules.base", "rules.memory_index",
-           "rules.memory_search", "proxy.invariants", "proxy.context_metrics")
+MODULES = ("context_engine.rules.fold_duplicates.patterns", "context_engine.rules.fold_duplicates.rule", "context_engine.rules.retrieve.query",
+           "context_engine.rules.summarize.slots", "context_engine.rules.summarize.rule", "context_engine.rules.summarize.llm", "context_engine.rules.budget",
+           "context_engine.rules.zones.rule", "context_engine.rules.zones.fence", "context_engine.rules.tool_json.compact", "context_engine.rules.tool_json.schema_templates",
+           "context_engine.rules.tool_json.rule", "context_engine.rules.retrieve.window", "context_engine.rules.base", "context_engine.rules.retrieve.index",
+           "context_engine.rules.retrieve.search", "context_engine.proxy.engine.invariants", "context_engine.proxy.recording.context_metrics")
 
 # One unit repeated, then a tail that makes a match fail at the last moment.
 UNITS = ("!", "a", " ", "\n", "7", ".", "好", "嗯", "一", "《", "A", "_", "-", ":", '"', "x ",

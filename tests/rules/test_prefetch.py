@@ -12,10 +12,10 @@ import json
 import numpy as np
 import pytest
 
-from proxy.engine import Engine
-from proxy.settings import load_settings
-from proxy.store import MemoryStore
-from rules.embedders import HashingEmbedder, make_embedder, minilm_dir
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import MemoryStore
+from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
 from tests.harness import make_deps
 from tests.rules.test_retrieve import SMALL, CountingEmbedder, apply, chat, rule
 

@@ -15,13 +15,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.tokens import TokenCounter
-from rules.base import INJECTED_ACK, MEMORY_HEADER, text_of
-from rules.embedders import HashingEmbedder, make_embedder, minilm_dir
-from rules.knowledge_base import Document, clauses, valid_documents
-from rules.memory_index import chunk_messages
-from rules.query_analysis import bm25_weight, is_acknowledgement, sub_queries, terms
-from rules.retrieve import Retrieve, RetrieveConfig
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import INJECTED_ACK, MEMORY_HEADER, text_of
+from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
+from context_engine.rules.retrieve.knowledge_base import Document, clauses, valid_documents
+from context_engine.rules.retrieve.index import chunk_messages
+from context_engine.rules.retrieve.query import bm25_weight, is_acknowledgement, sub_queries, terms
+from context_engine.rules.retrieve.rule import Retrieve, RetrieveConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "retrieve.yaml").read_text())

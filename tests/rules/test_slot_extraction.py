@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rules.slot_extraction import Slots, clip, extract_slots, original_id, tool_line
+from context_engine.rules.summarize.slots import Slots, clip, extract_slots, original_id, tool_line
 
 
 def call(args: str, name: str = "lookup") -> dict:

@@ -12,10 +12,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.tokens import TokenCounter
-from rules.base import SUMMARY_HEADER, units
-from rules.slot_extraction import Slots
-from rules.summarize import Summarize, SummarizeConfig
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import SUMMARY_HEADER, units
+from context_engine.rules.summarize.slots import Slots
+from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 from tests.rules.chat_strategies import conversation
 

@@ -11,12 +11,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.store import MemoryStore
-from proxy.tokens import TokenCounter
-from rules import REGISTRY
-from rules.json_compact import CompactOptions, compact
-from rules.json_templates import keep_paths, learned_paths, load_templates, parse_path, used_words
-from rules.tool_json import ToolJson, ToolJsonConfig, original_id, tool_names
+from context_engine.proxy.store.stores import MemoryStore
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules import REGISTRY
+from context_engine.rules.tool_json.compact import CompactOptions, compact
+from context_engine.rules.tool_json.schema_templates import keep_paths, learned_paths, load_templates, parse_path, used_words
+from context_engine.rules.tool_json.rule import ToolJson, ToolJsonConfig, original_id, tool_names
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "tool_json.yaml").read_text())
@@ -49,7 +49,7 @@ def test_golden(case):
 
 
 def test_docstring_example_holds():
-    import rules.tool_json as module
+    import context_engine.rules.tool_json.rule as module
 
     doc = module.__doc__ or ""
     before = doc.split("Before (``search_direct_flight``)::")[1].split("After::")[0]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rules.zone_fence import (
+from context_engine.rules.zones.fence import (
     _canonical,
     _lookalike_lts,
     _may_hold_lookalike,

@@ -12,15 +12,15 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rules.zones as zones_module
-from proxy.context import RequestContext
-from proxy.pipeline import Pipeline
-from proxy.settings import ConfigError, build_rule_config
-from proxy.tokens import TokenCounter
-from rules import REGISTRY
-from rules.base import SUMMARY_HEADER, last_user_index, text_of
-from rules.zone_fence import close_tag, has_lookalike, open_tag, parse, session_marker
-from rules.zones import SYSTEM_LINE, Zones, ZonesConfig
+import context_engine.rules.zones.rule as zones_module
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.pipeline import Pipeline
+from context_engine.proxy.settings import ConfigError, build_rule_config
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules import REGISTRY
+from context_engine.rules.base import SUMMARY_HEADER, last_user_index, text_of
+from context_engine.rules.zones.fence import close_tag, has_lookalike, open_tag, parse, session_marker
+from context_engine.rules.zones.rule import SYSTEM_LINE, Zones, ZonesConfig
 from tests.harness import assert_valid_rewrite, make_deps, run_rule
 from tests.rules.zone_content import MARKER, SECRET, SESSION, conversations, hostile_text
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from proxy.context import RequestContext
-from rules.base import last_user_index, text_of
-from rules.zone_fence import has_lookalike, neutralise, parse, session_marker
-from rules.zones import Zones, ZonesConfig
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.rules.base import last_user_index, text_of
+from context_engine.rules.zones.fence import has_lookalike, neutralise, parse, session_marker
+from context_engine.rules.zones.rule import Zones, ZonesConfig
 from tests.harness import assert_valid_rewrite, make_deps
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "injections_dev.jsonl"

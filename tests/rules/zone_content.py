@@ -11,8 +11,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from rules.base import MEMORY_HEADER, SUMMARY_HEADER
-from rules.zone_fence import close_tag, open_tag, session_marker, wrap
+from context_engine.rules.base import MEMORY_HEADER, SUMMARY_HEADER
+from context_engine.rules.zones.fence import close_tag, open_tag, session_marker, wrap
 
 SECRET = "property-secret"
 SESSION = "property-session"

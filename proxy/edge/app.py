@@ -1,0 +1,145 @@
+"""The ASGI app: routes only. Everything it wires is built once, at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import sqlite3
+from typing import Any, AsyncIterator
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from context_engine.proxy import __version__
+from context_engine.proxy.adapters import ANTHROPIC, RESPONSES
+from context_engine.proxy.edge.chat import ChatCompletions
+from context_engine.proxy.reporting.dashboard import dashboard_html
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.edge.errors import error_json, speaks_anthropic
+from context_engine.proxy.edge.exposure import HostCheck, admin_only, check_exposure, is_loopback, redact_url
+from context_engine.proxy.recording.finish import Finisher
+from context_engine.proxy.edge.health import health, watch
+from context_engine.proxy.recording.ledger import Ledger
+from context_engine.proxy.recording.metrics import Metrics
+from context_engine.proxy.edge.passthrough import Passthrough
+from context_engine.proxy.edge.relay import quiet_server_aborts
+from context_engine.proxy.reporting.report import parse_since
+from context_engine.proxy.settings import ConfigError, Settings
+from context_engine.proxy.reporting.stats import FLUSH_WAIT, stats_after_flush
+from context_engine.proxy.edge.upstream import Upstream
+
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """404/405 of the proxy's own routes, in OpenAI's error shape (Anthropic's for an
+    Anthropic client)."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    message = f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}"
+    code = "not_found" if status == 404 else "method_not_allowed"
+    return error_json(status, message, "invalid_request_error", code,
+                      speaks_anthropic(request.url.path, request.headers))
+
+
+def open_ledger(settings: Settings) -> Ledger:
+    """The configured ledger, ready to write; ConfigError naming ``ledger`` if it is not."""
+    replica = settings.replica or f"{socket.gethostname()}:{settings.port}"
+    try:
+        return Ledger(settings.ledger, settings.ledger_retention_days, replica=replica)
+    except (ValueError, OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"ledger: {exc}") from None
+
+
+def create_app(settings: Settings, engine: Engine | None = None,
+               transport: httpx.AsyncBaseTransport | None = None,
+               ledger: Ledger | None = None, tracer: Any = None) -> Starlette:
+    """``tracer``: a ``context_engine.proxy.recording.tracing.RequestTracer`` (made from the OTEL_* variables when
+    ``otel`` is on and none is given)."""
+    check_exposure(settings)
+    ledger = ledger if ledger is not None else open_ledger(settings)
+    engine = engine or Engine(settings)
+    quiet_server_aborts()
+    upstream = Upstream(settings.upstream, settings.upstream_timeout, settings.connect_timeout,
+                        transport=transport)
+    metrics = Metrics()
+    if tracer is None and settings.otel:
+        from context_engine.proxy.recording.tracing import make_tracer
+
+        tracer = make_tracer()
+    recorder: Any = ledger
+    if tracer is not None:
+        from context_engine.proxy.recording.tracing import TracedLedger
+
+        recorder = TracedLedger(ledger, tracer)
+    finisher = Finisher(engine, recorder, metrics)
+    watch(metrics, ledger, engine.store, finisher)
+    chat = ChatCompletions(engine, upstream, finisher)
+    responses = ChatCompletions(engine, upstream, finisher, RESPONSES)
+    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC)
+    passthrough = Passthrough(upstream)
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({
+            **health(ledger, engine.store, finisher), "version": __version__, "mode": settings.mode,
+            "replica": ledger.replica, "texts_embedded": engine.embedded(),
+            "rules": engine.pipeline.names, "upstream": redact_url(settings.upstream),
+            "rule_failures": dict(engine.stats.rule_failures),
+            "invariant_failures": engine.stats.invariant_failures,
+            "rules_lanes": engine.lane_stats(),
+        })
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def stats_endpoint(request: Request) -> Response:
+        try:
+            since = parse_since(request.query_params.get("since"))
+        except ValueError as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
+                                           "param": "since", "code": "invalid_since"}}, status_code=400)
+        await finisher.drain(FLUSH_WAIT)
+        data = await asyncio.to_thread(stats_after_flush, ledger, since)
+        return JSONResponse(data)
+
+    async def dashboard(request: Request) -> Response:
+        return HTMLResponse(dashboard_html())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await finisher.drain()
+            finisher.close()
+            await upstream.aclose()
+            ledger.close()
+            if tracer is not None:
+                tracer.close()
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", admin_only(metrics_endpoint, settings.admin_token), methods=["GET"]),
+        Route("/stats", admin_only(stats_endpoint, settings.admin_token), methods=["GET"]),
+        Route("/dashboard", admin_only(dashboard, settings.admin_token), methods=["GET"]),
+        Route("/v1/chat/completions", chat.handle, methods=["POST"]),
+        Route("/chat/completions", chat.handle, methods=["POST"]),
+        Route("/v1/responses", responses.handle, methods=["POST"]),
+        Route("/responses", responses.handle, methods=["POST"]),
+        Route("/v1/messages", messages.handle, methods=["POST"]),
+        Route("/v1/{path:path}", passthrough.handle, methods=METHODS),
+    ]
+    allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
+    middleware = [Middleware(HostCheck, allowed=allowed)] if is_loopback(settings.host) else []
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
+                    exception_handlers={HTTPException: http_error})
+    app.state.engine, app.state.ledger, app.state.upstream = engine, ledger, upstream
+    app.state.tracer = tracer
+    app.state.finisher, app.state.metrics = finisher, metrics
+    return app

@@ -1,0 +1,152 @@
+"""A conversation request (chat completions, Responses, Anthropic Messages): read,
+validate, rewrite, forward, relay, record. The adapter translates the wire format.
+
+Fail open at run time: any problem in the rewrite sends the client's original bytes.
+Errors of the proxy's own (bad body, upstream unreachable) answer in the API's own
+error shape; upstream errors pass through untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from context_engine.proxy.engine import modes
+from context_engine.proxy.engine import profiles
+from context_engine.proxy.adapters import CHAT, Adapter, Parsed
+from context_engine.proxy.engine.engine import Engine, Rewrite
+from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError
+from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
+from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.edge.relay import relay
+from context_engine.proxy.engine.session import session_id, session_key
+from context_engine.proxy.edge.upstream import Upstream, request_headers
+from context_engine.proxy.edge.usage_tap import Usage
+
+log = logging.getLogger("context_engine.chat")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes.")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ChatCompletions:
+    def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
+                 adapter: Adapter = CHAT) -> None:
+        self.adapter = adapter
+        self.engine = engine
+        self.upstream = upstream
+        self.finisher = finisher
+        self.settings = engine.settings
+        self.session_key = session_key(self.settings.session_key, self.settings.store)
+
+    async def handle(self, request: Request) -> Response:
+        t0, arrived = time.perf_counter(), time.time()
+        try:
+            url = self.upstream.url_for(request.scope)
+            raw = await read_body(request, self.settings.max_body_bytes)
+            body = self.adapter.parse(raw)
+            mode = modes.resolve(request.headers, self.settings.mode)
+        except ProxyError as exc:
+            return self._error(exc)
+        try:
+            choice = profiles.rules_choice(request.headers)
+        except ValueError as exc:
+            return self._error(BadRequest(str(exc), param=profiles.HEADER))
+        self.finisher.begin()
+        try:
+            row, rewrite, out = await self._prepare(request, body, raw, mode, choice)
+        except Exception:  # the edge: whatever breaks before sending, the original goes out
+            log.exception("preparing the request failed; forwarding the original request")
+            self.engine.stats.invariant_failures += 1
+            row, rewrite, out = LedgerRow(session="-", model=_text(body.data.get("model")),
+                                          mode=mode, arm="passthrough", path=request.url.path,
+                                          failed_open=True, api=self.adapter.name), None, raw
+        arm = row.arm
+        row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
+        started = time.perf_counter()
+        try:
+            r = await self.upstream.send("POST", url, request_headers(request.headers.raw), out)
+        except ProxyError as exc:
+            row.status, row.error = exc.status, exc.message
+            row.upstream_ms = (time.perf_counter() - started) * 1000
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            return self._error(exc)
+        row.status = r.status_code
+
+        def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
+            row.status = status
+            row.prompt_tokens, row.cached_tokens = usage.prompt_tokens, usage.cached_tokens
+            row.completion_tokens, row.finish_reason = usage.completion_tokens, usage.finish_reason
+            row.cache_write_tokens = usage.cache_write_tokens
+            row.upstream_ms, row.error = upstream_ms, error
+            self.finisher.schedule(row, body.chat, rewrite, usage,
+                                   shadow=arm == "shadow" and body.rewritable)
+
+        extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
+                 (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
+        return await relay(r, started, extra, done, buffer=True,
+                           anthropic=self.adapter.name == "anthropic")
+
+    async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
+                       choice: str | None = None) -> tuple[LedgerRow, Rewrite | None, bytes]:
+        """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
+        sid = session_id(request.headers, body.chat["messages"], self.session_key)
+        arm = modes.arm(mode, sid, self.settings.ab_share)
+        row = LedgerRow(session=sid, model=_text(body.chat.get("model")), mode=mode, arm=arm,
+                        path=request.url.path, stream=body.stream, api=self.adapter.name,
+                        traceparent=request.headers.get("traceparent", "")[:128])
+        row.context.update(body.notes)
+        rewrite = None
+        if arm == "rewrite" and body.rewritable and choice != "off":
+            rewrite = await self._rewrite(body.chat, sid, choice)
+            fill_from_rewrite(row, rewrite)
+        else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
+            if arm == "rewrite" and choice == "off":
+                row.arm = "bypass"
+            row.tokens_original = row.tokens_sent = self.engine.count(body.chat)
+        out = raw if rewrite is None or not rewrite.result.changed else self._splice(
+            body, rewrite, row, raw)
+        if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
+                and "prompt_cache_key" not in body.data):
+            out = profiles.add_prompt_cache_key(out, sid)
+        return row, rewrite, out
+
+    def _error(self, exc: ProxyError) -> Response:
+        return Response(self.adapter.error_body(exc), status_code=exc.status,
+                        media_type="application/json")
+
+    def _splice(self, body: Parsed, rewrite: Rewrite, row: LedgerRow, raw: bytes) -> bytes:
+        try:
+            return body.splice(rewrite.result.ctx.messages)
+        except Exception:  # the edge: a rewrite the wire format cannot carry sends the original
+            log.exception("splicing the rewrite failed; forwarding the original request")
+            self.engine.stats.invariant_failures += 1
+            row.failed_open, row.tokens_sent, row.rule_savings = True, row.tokens_original, {}
+            return raw
+
+    async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None) -> Rewrite | None:
+        try:
+            return await self.engine.rewrite_off_loop(body, sid, choice)
+        except Exception:  # the edge: a broken engine never breaks a request
+            log.exception("rewrite failed; forwarding the original request")
+            self.engine.stats.invariant_failures += 1
+            return None
+
+
+def _text(value: object) -> str:
+    """A string for the ledger: never a lone surrogate (SQLite cannot store one)."""
+    return str(value or "").encode("utf-8", "replace").decode("utf-8")

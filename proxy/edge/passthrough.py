@@ -1,0 +1,36 @@
+"""Every other ``/v1/*`` request (models, embeddings, files, ``messages/count_tokens``,
+``messages/batches``, …), forwarded unchanged. The proxy's own errors (a bad path, the
+upstream unreachable or timing out) answer in Anthropic's shape on Anthropic's routes."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from context_engine.proxy.edge.errors import ProxyError, error_response, speaks_anthropic
+from context_engine.proxy.edge.relay import relay
+from context_engine.proxy.edge.upstream import Upstream, request_headers
+
+
+class Passthrough:
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+
+    async def handle(self, request: Request) -> Response:
+        anthropic = speaks_anthropic(request.url.path, request.headers)
+        try:
+            url = self.upstream.url_for(request.scope)
+        except ProxyError as exc:
+            return error_response(exc, anthropic)
+        has_body = request.method not in ("GET", "HEAD", "OPTIONS", "DELETE") or (
+            "content-length" in request.headers or "transfer-encoding" in request.headers)
+        body = request.stream() if has_body else b""
+        started = time.perf_counter()
+        try:
+            r = await self.upstream.send(request.method, url,
+                                         request_headers(request.headers.raw), body)
+        except ProxyError as exc:
+            return error_response(exc, anthropic)
+        return await relay(r, started, [], None, buffer=False, anthropic=anthropic)

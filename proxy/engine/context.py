@@ -1,0 +1,56 @@
+"""The request context every rule receives and returns.
+
+Rules never mutate ``ctx.messages`` or the dicts in it: they build new lists and new
+message dicts and return ``ctx.replace(messages=...)``. The pipeline relies on this to
+fall back to the messages from before a failing rule without copying anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from context_engine.proxy.engine.types import Messages
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """What one rule did to one request."""
+
+    rule: str
+    tokens_before: int
+    tokens_after: int
+    ms: float
+    note: str = ""
+    error: str = ""
+    # the rule's output messages (prefix diagnostics find the rule that broke a prefix)
+    output: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """One chat-completions request on its way through the pipeline."""
+
+    messages: Messages
+    model: str = ""
+    tools: list[dict[str, Any]] | None = None
+    session_id: str = ""
+    encoding: str = "o200k_base"
+    max_tokens: int | None = None
+    # The messages as the client sent them, for rules that must see turns an earlier rule
+    # replaced (retrieve indexes the raw turns summarize folded into summaries).
+    original: Messages | None = None
+    # Rules may leave structured facts for later rules and the ledger (e.g. zones'
+    # marker, budget's drops). Keys are rule names; values are JSON-able.
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> RequestContext:
+        return dataclasses.replace(self, **changes)
+
+    def with_note(self, rule: str, value: Any) -> RequestContext:
+        return self.replace(notes={**self.notes, rule: value})

@@ -1,0 +1,207 @@
+"""The rewrite engine: settings → deps → rules → pipeline. Shared by the server and the bench."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from context_engine.proxy.engine import profiles
+from context_engine.proxy.engine.breakpoints import restore
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.lanes import BackgroundLane, LaneClosed, RequestLane
+from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
+from context_engine.proxy.settings import Settings, build_rules
+from context_engine.proxy.store.stores import Store, open_store
+from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
+from context_engine.rules.base import RuleDeps
+from context_engine.rules.retrieve.embedders import limit_blas_threads
+
+log = logging.getLogger("context_engine.engine")
+
+@dataclass
+class Rewrite:
+    result: PipelineResult
+    encoding: str
+    encoding_fallback: bool
+
+
+class Engine:
+    def __init__(self, settings: Settings, store: Store | None = None,
+                 rules: list[Any] | None = None, extra: dict[str, Any] | None = None) -> None:
+        self.settings = settings
+        self.store = store if store is not None else open_store(settings.store)
+        self.deps = RuleDeps(store=self.store, extra=dict(extra or {}))
+        self.stats = PipelineStats()
+        self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps),
+                                 self.stats)
+        # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
+        self.pipelines = {"default": self.pipeline, "off": Pipeline([], self.stats)} | ({} if rules is not None else {
+            name: Pipeline(build_rules(s, self.deps), self.stats)
+            for name, s in profiles.variants(settings).items()})
+        for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
+            get_encoding(name)
+        # Rules are CPU work: the server runs them off its event loop (``context_engine.proxy.engine.lanes``), one
+        # session at a time in order, sessions in parallel; prefetching and shadow
+        # rewrites in a background lane that gives way to requests. Each thread has its
+        # own BLAS thread (parallelism comes from the sessions, not from one matrix).
+        workers = settings.rule_workers or os.cpu_count() or 1
+        self.requests = RequestLane(workers, settings.rules_queue)
+        self.background = BackgroundLane(settings.rules_queue, self.requests)
+        self.deadline_s = settings.rules_deadline_ms / 1000 if settings.rules_deadline_ms > 0 else None
+        self._prefetchers = [r for p in self.pipelines.values() for r in p.rules
+                             if callable(getattr(r, "prefetch", None))]
+        self._prefetch_queued = threading.Event()
+        self._worker_loop = threading.local()
+        if any(p.rules for p in self.pipelines.values()):
+            limit_blas_threads(1)
+
+    def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
+                           choice: str | None = None) -> Rewrite:
+        loop = getattr(self._worker_loop, "loop", None)
+        if loop is None:
+            loop = self._worker_loop.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(self.rewrite(body, session_id, choice))
+
+    async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
+                               choice: str | None = None) -> Rewrite:
+        """``rewrite`` in the request lane (inline when no rule is enabled), then the
+        rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
+        (queueing included), or when the lane is full, the original goes out, counted
+        as failed open; a rewrite that has not started by then is skipped."""
+        if not any(p.rules for p in self.pipelines.values()):
+            return await self.rewrite(body, session_id, choice)
+        job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
+                                                                 session_id, choice))
+        if job is None:
+            self.stats.add("shed")
+            return self._original(body, session_id, "rules lane full")
+        job.future.add_done_callback(lambda _: self.queue_prefetch())  # also past the deadline
+        done = asyncio.wrap_future(job.future)
+        done.add_done_callback(_observe)
+        try:
+            result = await asyncio.wait_for(asyncio.shield(done), self.deadline_s)
+        except asyncio.TimeoutError:
+            job.abandon()
+            self.stats.add("deadline")
+            log.warning("rewrite of session %s passed rules_deadline_ms; original sent", session_id)
+            return self._original(body, session_id, "rules_deadline_ms passed")
+        return result
+
+    async def rewrite_in_background(self, body: dict[str, Any], session_id: str) -> Rewrite | None:
+        """``rewrite`` in the background lane (shadow rewrites); None when its queue is full."""
+        future: concurrent.futures.Future[Rewrite] = concurrent.futures.Future()
+
+        def job() -> None:
+            try:
+                future.set_result(self._rewrite_in_worker(body, session_id))
+            except Exception as exc:
+                future.set_exception(exc)
+
+        if not self.background.submit(job):
+            return None
+        result = await asyncio.wrap_future(future)
+        self.queue_prefetch()
+        return result
+
+    def queue_prefetch(self) -> None:
+        """One prefetch job in the background lane at a time (it covers every session)."""
+        if self._prefetchers and not self._prefetch_queued.is_set():
+            self._prefetch_queued.set()
+
+            def job() -> None:
+                self._prefetch_queued.clear()
+                self.prefetch(self.background.pause)
+
+            if not self.background.submit(job):
+                self._prefetch_queued.clear()
+
+    def prefetch(self, pause: Callable[[], None] | None = None) -> int:
+        """Work rules do between requests (``retrieve`` embeds turns that left or will
+        leave the window). It never changes a rewrite's output, only how long the next
+        one takes; a failure is logged and forgotten. ``pause`` is called between steps
+        (the background lane gives way to requests there). Returns the items prepared."""
+        done = 0
+        for rule in self._prefetchers:
+            try:
+                done += int(rule.prefetch(pause) or 0)
+            except LaneClosed:  # shutting down
+                return done
+            except Exception:  # prefetching is an optimisation, never fatal
+                log.exception("prefetch of rule %s failed", rule.name)
+        return done
+
+    def embedded(self) -> int:
+        """Texts this process has sent to an embedder (the rules that embed keep a ``cache``)."""
+        rules = {id(r): r for p in self.pipelines.values() for r in p.rules}.values()
+        return sum(int(getattr(getattr(r, "cache", None), "embedded", 0) or 0) for r in rules)
+
+    def lane_stats(self) -> dict[str, int]:
+        return {"workers": self.requests.workers, "queued": self.requests.queued,
+                "shed": self.requests.shed, "deadline": self.stats.failed_open_by["deadline"],
+                "background_pending": self.background.pending,
+                "background_dropped": self.background.dropped}
+
+    def close(self) -> None:
+        self.background.closing = True  # a running prefetch stops at its next pause
+        self.requests.close()
+        self.background.close()
+
+    def count(self, body: dict[str, Any]) -> int:
+        """Tokens of a request as the client sent it."""
+        counter, _ = counter_for_model(str(body.get("model") or ""))
+        tools = body.get("tools")
+        return counter.request(body["messages"], tools if isinstance(tools, list) else None)
+
+    def _context(self, body: dict[str, Any], session_id: str) -> tuple[RequestContext, Any, bool]:
+        model = str(body.get("model") or "")
+        counter, fallback = counter_for_model(model)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        tools = body.get("tools")
+        ctx = RequestContext(
+            messages=body["messages"],
+            model=model,
+            tools=tools if isinstance(tools, list) else None,
+            session_id=session_id,
+            encoding=counter.encoding,
+            max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+            original=body["messages"],
+        )
+        return ctx, counter, fallback
+
+    def _original(self, body: dict[str, Any], session_id: str, reason: str) -> Rewrite:
+        """The request unchanged, as a failed-open rewrite."""
+        ctx, counter, fallback = self._context(body, session_id)
+        tokens = counter.request(ctx.messages, ctx.tools)
+        result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=[reason],
+                                original_messages=ctx.messages)
+        return Rewrite(result, counter.encoding, fallback)
+
+    async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None) -> Rewrite:
+        """Run the pipeline over a parsed chat-completions body (not mutated): the model's
+        profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
+        are then put back (``proxy/engine/breakpoints.py``)."""
+        ctx, counter, fallback = self._context(body, session_id)
+        pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
+        result = await pipeline.run(ctx, counter)
+        auto = self.settings.cache.auto_breakpoints
+        if (result.changed or auto) and not result.failed_open:
+            opts = self.settings.rule_options.get("retrieve", {})
+            sent = result.ctx.messages if result.changed else list(result.ctx.messages)
+            marked, _ = restore(body["messages"], sent, auto,
+                                int(opts.get("window", 4)), int(opts.get("block", 4)))
+            if marked is not sent:
+                result.ctx = result.ctx.replace(messages=marked)
+        return Rewrite(result, counter.encoding, fallback)
+
+
+def _observe(future: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a rewrite nobody waits for any more (past the deadline)."""
+    if not future.cancelled():
+        future.exception()

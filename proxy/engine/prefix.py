@@ -1,0 +1,148 @@
+"""Prefix signatures: what a provider's prompt cache can match between two requests.
+
+A request is a list of *segments*: the tool definitions first (empty when there are
+none), then each message. Its signature holds, per segment, a digest of that segment,
+a chained digest (of everything up to and including it) and the cumulative token
+count. Two requests share their first k segments exactly when their k-th chained
+digests are equal, so a session's cache is a dict from chained digest to tokens.
+
+``cache_control`` markers are left out of every digest (providers key the cache on
+content, and a client moves its breakpoint every turn); the segments carrying one are
+listed as ``breakpoints``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from context_engine.proxy.engine.tokens import TokenCounter
+
+MARK = "cache_control"
+
+
+@dataclass(frozen=True)
+class Signature:
+    digests: tuple[bytes, ...]  # per segment (0 = tools, i + 1 = message i)
+    chain: tuple[bytes, ...]  # per segment: digest of segments 0..i
+    ends: tuple[int, ...]  # per segment: tokens of segments 0..i
+    breakpoints: tuple[int, ...]  # segments carrying a client cache_control
+
+    @property
+    def tokens(self) -> int:
+        return self.ends[-1]
+
+
+def strip_marks(value: Any) -> Any:
+    """``value`` without ``cache_control`` keys on it, its parts or its tool entries."""
+    if isinstance(value, dict):
+        return {k: strip_marks(v) for k, v in value.items() if k != MARK}
+    if isinstance(value, list):
+        return [strip_marks(v) for v in value]
+    return value
+
+
+def has_mark(message: Any) -> bool:
+    """Whether a message (or tool entry) carries a cache_control, on itself or a part."""
+    if not isinstance(message, dict):
+        return False
+    if MARK in message:
+        return True
+    content = message.get("content")
+    return isinstance(content, list) and any(isinstance(p, dict) and MARK in p for p in content)
+
+
+def canonical(value: Any) -> Any:
+    """``value`` without markers; a message whose content is one text part reads as
+    string content (providers render both the same)."""
+    value = strip_marks(value)
+    if isinstance(value, dict):
+        content = value.get("content")
+        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
+                and content[0].get("type") == "text" and set(content[0]) == {"type", "text"}:
+            value["content"] = content[0]["text"]
+    return value
+
+
+def digest(value: Any) -> bytes:
+    if isinstance(value, dict) and not has_mark(value) and not isinstance(value.get("content"), list):
+        plain = value  # nothing to canonicalise: skip the copy
+    else:
+        plain = canonical(value)
+    blob = json.dumps(plain, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(blob.encode("utf-8"), digest_size=16).digest()
+
+
+PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
+
+
+class SegmentCache:
+    """(digest, tokens) of plain messages (string content, no other keys) by content,
+    shared by every request: clients resend the whole history, so a request costs a
+    dict lookup per old message and a JSON dump and hash per new one. Bounded."""
+
+    def __init__(self, max_items: int = 50_000) -> None:
+        self.max_items = max_items
+        self.items: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+
+    def get(self, m: dict[str, Any], counter: TokenCounter) -> tuple[bytes, int]:
+        key = None
+        if isinstance(m.get("content"), (str, type(None))) and m.keys() <= PLAIN:
+            key = (counter.encoding, m.get("role"), m.get("content"), m.get("name"), m.get("tool_call_id"))
+            got = self.items.get(key)
+            if got is not None:
+                return got
+        got = (digest(m), counter.message(m))
+        if key is not None:
+            if len(self.items) >= self.max_items:
+                self.items.clear()
+            self.items[key] = got
+        return got
+
+
+def signature(messages: Iterable[Any], tools: list[Any] | None, counter: TokenCounter,
+              memo: dict[int, tuple[bytes, int]] | None = None,
+              cache: SegmentCache | None = None) -> Signature:
+    """The signature of a request. ``memo`` (keyed by ``id``) shares the work between
+    lists that hold the same message dicts, e.g. a request and its rewrite; ``cache``
+    shares it between requests."""
+    memo = {} if memo is None else memo
+    running = hashlib.blake2b(digest_size=16)
+    first = digest(tools or [])
+    running.update(first)
+    digests, chain = [first], [running.digest()]
+    total = counter.tools(tools) if tools else 0
+    ends = [total]
+    marks = [0] if tools and any(has_mark(t) for t in tools) else []
+    for i, m in enumerate(messages, start=1):
+        got = memo.get(id(m))
+        if got is None:
+            if not isinstance(m, dict):
+                got = (digest(m), 0)
+            elif cache is not None:
+                got = cache.get(m, counter)
+            else:
+                got = (digest(m), counter.message(m))
+            memo[id(m)] = got
+        running.update(got[0])
+        digests.append(got[0])
+        chain.append(running.digest())
+        total += got[1]
+        ends.append(total)
+        if has_mark(m):
+            marks.append(i)
+    return Signature(tuple(digests), tuple(chain), tuple(ends), tuple(marks))
+
+
+def shared_segments(prev: Signature, cur: Signature) -> int:
+    """How many leading segments the two requests share (binary search on the chain)."""
+    lo, hi = 0, min(len(prev.chain), len(cur.chain))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if prev.chain[mid - 1] == cur.chain[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,127 @@
+"""After the response: shadow rewrites, context metrics, the ledger row and /metrics.
+
+All of it runs once the response body has been sent: shadow rewrites in the rules'
+background lane (so they never hold up the event loop or a request), the rest as a task
+on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from context_engine.proxy.billing.estimate import BillEstimator
+from context_engine.proxy.recording.context_metrics import Oscillation, data_segments, tool_retries, utilization
+from context_engine.proxy.engine.engine import Engine, Rewrite
+from context_engine.proxy.recording.ledger import Ledger, LedgerRow
+from context_engine.proxy.edge.usage_tap import Usage
+from context_engine.rules.base import MEMORY_HEADER, text_of
+
+log = logging.getLogger("context_engine.finish")
+MAX_SHADOW_BACKLOG = 256  # shadow rewrites waiting for the rules thread; beyond it, skipped
+
+
+def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
+    if rewrite is None:
+        row.failed_open = True
+        return
+    res = rewrite.result
+    row.encoding, row.encoding_fallback = rewrite.encoding, rewrite.encoding_fallback
+    row.tokens_original, row.tokens_sent = res.tokens_before, res.tokens_after
+    row.failed_open = res.failed_open
+    row.rule_errors = sum(1 for j in res.journal if j.error)
+    if not res.failed_open:
+        row.rule_savings = {j.rule: j.saved for j in res.journal}
+    row.journal = [{"rule": j.rule, "before": j.tokens_before, "after": j.tokens_after,
+                    "ms": round(j.ms, 3), "note": j.note, "error": j.error} for j in res.journal]
+    retrieve = res.ctx.notes.get("retrieve")
+    if isinstance(retrieve, dict):
+        row.context = {k: retrieve[k] for k in ("scores", "injected", "dropped_messages",
+                                                "indexed_chunks") if k in retrieve}
+        if isinstance(retrieve.get("oscillation"), (int, float)):
+            row.oscillation = float(retrieve["oscillation"])
+
+
+class Finisher:
+    def __init__(self, engine: Engine, ledger: Ledger | None, metrics: Any = None) -> None:
+        self.engine = engine
+        self.ledger = ledger
+        self.metrics = metrics
+        self.oscillation = Oscillation()
+        self.bill = BillEstimator()
+        self.pending: set[asyncio.Task[None]] = set()
+        self.skipped_shadow = 0
+        self.shadow_backlog = 0
+        self.max_shadow_backlog = MAX_SHADOW_BACKLOG
+        self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
+
+    def begin(self) -> None:
+        self.unfinished += 1
+
+    def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
+                 usage: Usage, shadow: bool) -> None:
+        if shadow and self.shadow_backlog >= self.max_shadow_backlog:
+            self.skipped_shadow += 1
+            shadow = False
+            row.error = row.error or "shadow skipped: backlog full"
+        self.shadow_backlog += shadow
+        task = asyncio.get_running_loop().create_task(self._finish(row, data, rewrite, usage, shadow))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _finish(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
+                      usage: Usage, shadow: bool) -> None:
+        try:
+            if shadow:
+                try:
+                    rewrite = await _shadow_rewrite(self.engine, data, row.session)
+                finally:
+                    self.shadow_backlog -= 1
+                fill_from_rewrite(row, rewrite)
+            messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
+            row.utilization = utilization(data_segments(messages), usage.text)
+            injected = row.context.get("injected")
+            if row.oscillation is None and isinstance(injected, list) and injected:
+                row.oscillation = self.oscillation.observe(row.session, map(str, injected))
+            memory = data_segments(m for m in messages if text_of(m).startswith(MEMORY_HEADER))
+            if memory and usage.text:
+                row.context["retrieval_hit"] = bool(utilization(memory, usage.text))
+            row.tool_retries = tool_retries(data["messages"])
+        except Exception:  # the edge: metrics never lose the ledger row
+            log.exception("finishing a request failed")
+        try:
+            self.bill.observe(row, data, rewrite, usage.notes)
+        except Exception:  # the edge: the estimate never loses the ledger row
+            log.exception("estimating the bill failed")
+        try:
+            if self.ledger is not None:
+                self.ledger.record(row)
+            if self.metrics is not None:
+                self.metrics.observe(row)
+        except Exception:  # the edge: a metric that cannot be counted is only logged
+            log.exception("recording a request failed")
+        finally:
+            self.unfinished -= 1
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the finishing tasks (at most ``timeout`` s); False if some are left."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while self.pending:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return False
+            await asyncio.wait(list(self.pending), timeout=left)
+        return True
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+async def _shadow_rewrite(engine: Engine, data: dict[str, Any], session: str) -> Rewrite | None:
+    try:
+        return await engine.rewrite_in_background(data, session)  # None: background lane full
+    except Exception:  # the edge: a failed shadow rewrite is recorded as failed open
+        log.exception("shadow rewrite failed")
+        return None

@@ -1,0 +1,201 @@
+"""The ledger: one row per request, written off the request path.
+
+``ledger:`` is a SQLite file path (the embedded default) or a ``postgresql://`` URL
+(``proxy/recording/ledger_pg.py``, shared by replicas); any other ``scheme://`` is refused at
+start-up. The request path only puts a row on a bounded queue; one writer thread
+(``proxy/recording/ledger_writer.py``) owns the connection (SQLite: WAL mode, synchronous=NORMAL).
+Ledgers written by an older version gain the new columns when opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from context_engine.proxy.recording.ledger_writer import TABLE, RowWriter
+from context_engine.proxy.edge.sanitize import clean_value
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts REAL NOT NULL,
+  session TEXT, model TEXT, mode TEXT, path TEXT,
+  arm TEXT,
+  encoding TEXT, encoding_fallback INTEGER,
+  tokens_original INTEGER, tokens_sent INTEGER,
+  rule_savings TEXT, journal TEXT,
+  prompt_tokens INTEGER, cached_tokens INTEGER, completion_tokens INTEGER,
+  status INTEGER, proxy_ms REAL, upstream_ms REAL,
+  stream INTEGER, finish_reason TEXT,
+  failed_open INTEGER, rule_errors INTEGER, error TEXT,
+  tool_retries INTEGER, utilization REAL, oscillation REAL, context TEXT
+);
+"""
+INDEXES = """
+CREATE INDEX IF NOT EXISTS requests_ts ON requests(ts);
+CREATE INDEX IF NOT EXISTS requests_session ON requests(session);
+"""
+
+
+@dataclass
+class LedgerRow:
+    session: str = ""
+    model: str = ""
+    mode: str = "rewrite"
+    path: str = ""
+    arm: str = "rewrite"
+    encoding: str = ""
+    encoding_fallback: bool = False
+    tokens_original: int = 0
+    tokens_sent: int = 0
+    rule_savings: dict[str, int] = field(default_factory=dict)
+    journal: list[dict[str, Any]] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    status: int = 0
+    proxy_ms: float = 0.0
+    upstream_ms: float = 0.0
+    stream: bool = False
+    finish_reason: str | None = None
+    failed_open: bool = False
+    rule_errors: int = 0
+    error: str = ""
+    tool_retries: int = 0
+    utilization: float | None = None
+    oscillation: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+    # the honest bill (proxy/billing/estimate.py): billed cache writes, the counterfactual
+    # cache use of the original request, prefix diagnostics, bad cache input
+    billing: str = ""
+    est_cached_original: int | None = None
+    est_write_original: int | None = None
+    est_cached_sent: int | None = None
+    prefix_kept_tokens: int | None = None
+    prefix_break_index: int | None = None
+    prefix_break_rule: str = ""
+    provider_missed_tokens: int = 0
+    cache_notes: str = ""
+    ts: float = field(default_factory=time.time)
+    api: str = "chat"  # chat | responses | anthropic (the wire format)
+    cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens
+    replica: str = ""  # the process that served it (``replica`` setting; several share a ledger)
+    traceparent: str = ""  # the client's W3C trace context, if it sent one: its span's parent
+
+    def as_params(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rule_savings"] = json.dumps(self.rule_savings, sort_keys=True, default=str)
+        d["journal"] = json.dumps(self.journal, ensure_ascii=False, default=str)
+        d["context"] = json.dumps(self.context, ensure_ascii=False, sort_keys=True, default=str)
+        return {k: clean_value(v) for k, v in d.items()}
+
+
+COLUMNS = list(LedgerRow.__dataclass_fields__)
+INSERT = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c for c in COLUMNS)})"
+
+
+def connect(path: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.executescript(SCHEMA)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(requests)")}
+    for name in COLUMNS:  # ledgers written by an older version gain the new columns
+        if name not in have:
+            conn.execute(f"ALTER TABLE requests ADD COLUMN {name}")
+    conn.executescript(INDEXES)
+    conn.commit()
+    return conn
+
+
+POSTGRES = ("postgresql", "postgres")
+
+
+def ledger_kind(url: str) -> str:
+    """``sqlite`` (a path, or ``sqlite:///path``) or ``postgresql``; ValueError otherwise."""
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", url)
+    if m is None or m.group(1).lower() == "sqlite":
+        return "sqlite"
+    if m.group(1).lower() in POSTGRES:
+        return "postgresql"
+    raise ValueError(f"{m.group(1)}:// is not a ledger; use a SQLite file path or postgresql://…")
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
+
+
+def sqlite_path(url: str) -> str:
+    return url[len("sqlite://"):] if url.lower().startswith("sqlite://") else url
+
+
+class SqliteBackend:
+    """The embedded ledger: one SQLite file (see ``ledger_writer.Backend``)."""
+
+    def __init__(self, url: str, busy_timeout: float = 5.0) -> None:
+        self.url, self.busy_timeout = url, busy_timeout
+
+    def connect(self) -> sqlite3.Connection:
+        return connect(sqlite_path(self.url), self.busy_timeout)
+
+    def insert(self, conn: sqlite3.Connection, params: list[dict[str, Any]]) -> None:
+        with conn:
+            conn.executemany(INSERT, params)
+
+    def prune(self, conn: sqlite3.Connection, cutoff: float) -> int:
+        with conn:
+            return int(conn.execute(f"DELETE FROM {TABLE} WHERE ts < ?", (cutoff,)).rowcount)
+
+    def broken(self, conn: sqlite3.Connection) -> bool:
+        return False
+
+
+class Ledger(RowWriter):
+    """The ledger at ``path`` (a SQLite path or a postgresql:// URL): ``record(LedgerRow)``
+    from the request path; see ``RowWriter``. Rows without a ``replica`` get ``replica``
+    (default: this host's name)."""
+
+    def __init__(self, path: str, retention_days: float = 0.0, busy_timeout: float = 5.0,
+                 replica: str = "", **options: Any) -> None:
+        self.replica = replica or socket.gethostname()
+        backend: Any
+        if ledger_kind(path) == "postgresql":
+            from context_engine.proxy.recording.ledger_pg import PostgresBackend
+
+            backend = PostgresBackend(path, busy_timeout)
+        else:
+            backend = SqliteBackend(path, busy_timeout)
+        super().__init__(backend, retention_days, **options)
+
+    def record(self, row: Any) -> None:
+        if isinstance(row, LedgerRow) and not row.replica:
+            row.replica = self.replica
+        super().record(row)
+
+
+def read_rows(path: str, since: float | None = None) -> list[dict[str, Any]]:
+    """All rows (as dicts) newer than ``since`` (a UNIX time), oldest first."""
+    if ledger_kind(path) == "postgresql":
+        from context_engine.proxy.recording.ledger_pg import read_rows as read_pg
+
+        return read_pg(path, since)
+    path = sqlite_path(path)
+    if not os.path.exists(path):
+        return []
+    conn = connect(path)
+    conn.row_factory = sqlite3.Row
+    try:
+        cur = conn.execute("SELECT * FROM requests WHERE ts >= ? ORDER BY id", (since or 0,))
+        return [dict(r) for r in cur.fetchall()]
+    finally:
+        conn.close()

@@ -1,0 +1,121 @@
+"""The ledger in PostgreSQL (``ledger: postgresql://…``), shared by several replicas.
+
+Driver: psycopg 3 (``pip install 'context-engine[postgres]'``). The ledger writer is one
+thread with a synchronous connection (``proxy/recording/ledger_writer.py``), and ``report`` is a
+synchronous command: psycopg's blocking API fits both without an event loop, its
+``executemany`` sends a batch in one pipelined round trip, and its binary wheel ships
+libpq. (asyncpg would need a loop in the writer thread and in ``report``.)
+
+The table is created at start-up and gains missing columns, under an advisory lock so
+replicas starting together do not race. Columns mirror ``LedgerRow``; values are stored
+as SQLite stores them (booleans as 0/1, JSON as text) so every reader sees the same rows
+from either ledger. PostgreSQL text cannot hold NUL: it is stored as ``\\u0000``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from context_engine.proxy.recording.ledger import COLUMNS, LedgerRow, redact
+from context_engine.proxy.recording.ledger_writer import TABLE
+
+MIGRATION_LOCK = 0x6C656467  # pg_advisory_xact_lock key: one replica migrates at a time
+
+
+def _sql_type(annotation: str) -> str:
+    kind = annotation.split("|")[0].strip()
+    return {"int": "BIGINT", "bool": "BIGINT", "float": "DOUBLE PRECISION"}.get(kind, "TEXT")
+
+
+TYPES = {name: _sql_type(str(f.type)) for name, f in LedgerRow.__dataclass_fields__.items()}
+CREATE = f"CREATE TABLE IF NOT EXISTS {TABLE} (id BIGSERIAL PRIMARY KEY, ts DOUBLE PRECISION NOT NULL)"
+INDEXES = (f"CREATE INDEX IF NOT EXISTS requests_ts ON {TABLE}(ts)",
+           f"CREATE INDEX IF NOT EXISTS requests_session ON {TABLE}(session)")
+INSERT = (f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) "
+          f"VALUES ({', '.join('%(' + c + ')s' for c in COLUMNS)})")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise ValueError("postgresql:// needs the psycopg driver: "
+                         "pip install 'context-engine[postgres]'") from None
+    return psycopg
+
+
+def _pg_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\\u0000")
+    return value
+
+
+def migrate(conn: Any) -> None:
+    """Create the table, add the columns it lacks, create the indexes (one transaction)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        conn.execute(CREATE)
+        have = {r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = %s AND table_schema = current_schema()", (TABLE,))}
+        for name in COLUMNS:
+            if name not in have:
+                conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN {name} {TYPES[name]}")
+        for statement in INDEXES:
+            conn.execute(statement)
+
+
+def connect(url: str, timeout: float = 5.0, schema: bool = True) -> Any:
+    """A connection (with the schema in place unless ``schema`` is false); ValueError
+    naming the URL if it cannot."""
+    psycopg = _psycopg()
+    try:
+        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)), autocommit=True)
+    except psycopg.Error as exc:
+        raise ValueError(f"cannot connect to {redact(url)}: {str(exc).strip()}") from None
+    if not schema:
+        return conn
+    try:
+        migrate(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise ValueError(f"cannot prepare the ledger table at {redact(url)}: {str(exc).strip()}") from None
+    return conn
+
+
+class PostgresBackend:
+    """See ``ledger_writer.Backend``; the first ``connect`` runs at start-up."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        self.url, self.timeout = url, timeout
+
+    def connect(self) -> Any:
+        return connect(self.url, self.timeout)
+
+    def insert(self, conn: Any, params: list[dict[str, Any]]) -> None:
+        rows = [{k: _pg_value(v) for k, v in p.items()} for p in params]
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(INSERT, rows)
+
+    def prune(self, conn: Any, cutoff: float) -> int:
+        with conn.transaction():
+            return int(conn.execute(f"DELETE FROM {TABLE} WHERE ts < %s", (cutoff,)).rowcount)
+
+    def broken(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
+
+
+def read_rows(url: str, since: float | None = None) -> list[dict[str, Any]]:
+    """All rows (as dicts, like SQLite's) newer than ``since``, in the order written; none
+    before a server has created the table."""
+    from psycopg.errors import UndefinedTable
+    from psycopg.rows import dict_row
+
+    with connect(url, schema=False) as conn, conn.cursor(row_factory=dict_row) as cur:
+        try:
+            cur.execute(f"SELECT * FROM {TABLE} WHERE ts >= %s ORDER BY id", (since or 0,))
+        except UndefinedTable:
+            return []
+        return [dict(r) for r in cur.fetchall()]

@@ -1,0 +1,113 @@
+"""``GET /metrics``: Prometheus text format, one registry per app (no module state).
+
+Label values come from requests (``model``) and rules: each is cleaned (surrogates
+escaped, at most ``MAX_LABEL_CHARS``) and each label keeps at most ``MAX_LABEL_VALUES``
+distinct values; later new ones are counted under ``"other"``, so neither a bad value
+nor a flood of distinct ones can break or bloat the export.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from context_engine.proxy.billing.metrics import BillMetrics
+from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.edge.sanitize import clean_text
+
+MS_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000)
+UPSTREAM_BUCKETS = (10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+SHARE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
+MAX_LABEL_VALUES = 100
+MAX_LABEL_CHARS = 100
+OVERFLOW = "other"
+
+
+class LabelValues:
+    """Cleans label values and caps how many distinct ones each label name takes."""
+
+    def __init__(self, cap: int = MAX_LABEL_VALUES) -> None:
+        self.cap = cap
+        self._seen: dict[str, set[str]] = {}
+
+    def __call__(self, label: str, value: Any) -> str:
+        text = clean_text(value if isinstance(value, str) else str(value))[:MAX_LABEL_CHARS]
+        seen = self._seen.setdefault(label, set())
+        if text in seen:
+            return text
+        if len(seen) >= self.cap:
+            return OVERFLOW
+        seen.add(text)
+        return text
+
+
+class Metrics:
+    def __init__(self, max_label_values: int = MAX_LABEL_VALUES) -> None:
+        self.label = LabelValues(max_label_values)
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("context_engine_requests", "Conversation requests, per wire API",
+                                ["model", "arm", "status", "api"], registry=r)
+        self.tokens_before = Counter("context_engine_tokens_before", "Input tokens as the client sent them",
+                                     ["model"], registry=r)
+        self.tokens_after = Counter("context_engine_tokens_after", "Input tokens sent upstream",
+                                    ["model"], registry=r)
+        self.rule_saved = Counter("context_engine_rule_saved_tokens", "Tokens removed, per rule",
+                                  ["rule"], registry=r)
+        self.rule_failures = Counter("context_engine_rule_failures", "Rules that raised and were skipped",
+                                     ["rule"], registry=r)
+        self.failed_open = Counter("context_engine_failed_open", "Rewrites replaced by the original",
+                                   registry=r)
+        self.cached = Counter("context_engine_cached_tokens", "Cache-read input tokens the upstream reported",
+                              ["model"], registry=r)
+        self.proxy_ms = Histogram("context_engine_proxy_added_ms", "Milliseconds the proxy adds before forwarding",
+                                  buckets=MS_BUCKETS, registry=r)
+        self.upstream_ms = Histogram("context_engine_upstream_ms", "Upstream milliseconds to the end of the body",
+                                     buckets=UPSTREAM_BUCKETS, registry=r)
+        self.utilization = Histogram("context_engine_context_utilization",
+                                     "Share of data-zone tokens the response drew on",
+                                     buckets=SHARE_BUCKETS, registry=r)
+        self.oscillation = Histogram("context_engine_context_oscillation",
+                                     "Share of injected snippets changed from the previous turn",
+                                     buckets=SHARE_BUCKETS, registry=r)
+        self.bill = BillMetrics(r)
+
+    def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
+        """A gauge read when /metrics is scraped (ledger drops, shadow skips, store state)."""
+        Gauge(name, help_text, registry=self.registry).set_function(read)
+
+    def observe(self, row: LedgerRow) -> None:
+        model = self.label("model", row.model or "(none)")
+        self.requests.labels(model, self.label("arm", row.arm), self.label("status", row.status),
+                             self.label("api", row.api)).inc()
+        self.tokens_before.labels(model).inc(_count(row.tokens_original))
+        self.tokens_after.labels(model).inc(_count(row.tokens_original if row.arm == "shadow" else row.tokens_sent))
+        for entry in row.journal:
+            if entry.get("error"):
+                self.rule_failures.labels(self.label("rule", entry.get("rule"))).inc()
+        if row.arm != "shadow":
+            for rule, saved in row.rule_savings.items():
+                if _count(saved) > 0:
+                    self.rule_saved.labels(self.label("rule", rule)).inc(_count(saved))
+        if row.failed_open:
+            self.failed_open.inc()
+        if _count(row.cached_tokens):
+            self.cached.labels(model).inc(_count(row.cached_tokens))
+        self.proxy_ms.observe(row.proxy_ms)
+        self.upstream_ms.observe(row.upstream_ms)
+        if row.utilization is not None:
+            self.utilization.observe(row.utilization)
+        if row.oscillation is not None:
+            self.oscillation.observe(row.oscillation)
+        self.bill.observe(row)
+
+    def render(self) -> Any:
+        return generate_latest(self.registry)
+
+
+def _count(value: Any) -> float:
+    """A counter increment: a finite non-negative number (upstream usage can be anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    return float(value) if 0 <= value < float("inf") else 0.0

@@ -1,0 +1,81 @@
+"""Key-value stores for things rules keep across requests (tool originals, summaries).
+
+``DiskStore`` (diskcache) is the embedded default; ``MemoryStore`` serves tests and the
+bench; Redis (shared by replicas) comes behind a circuit breaker (``store_breaker``): in
+an outage its calls raise ``StoreUnavailable`` at once and the rules using it fail open.
+Values are bytes; keys are short strings.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+
+class StoreUnavailable(ConnectionError):
+    """The store did not answer (or its circuit is open); the calling rule fails open."""
+
+
+class Store(Protocol):
+    def get(self, key: str) -> bytes | None: ...
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    # Optional: ``claim(key, seconds) -> bool`` sets ``key`` only if it is absent, for
+    # ``seconds``, and says whether it did (one embedder per text: rules/retrieve/embedding_cache.py).
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+        self._claims: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes | None:
+        return self._data.get(key)
+
+    def set(self, key: str, value: bytes) -> None:
+        self._data[key] = value
+
+    def claim(self, key: str, seconds: float) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if self._claims.get(key, 0.0) > now:
+                return False
+            if len(self._claims) > 10_000:  # expired claims go; live ones stay
+                self._claims = {k: t for k, t in self._claims.items() if t > now}
+            self._claims[key] = now + seconds
+            return True
+
+
+class DiskStore:
+    def __init__(self, path: str) -> None:
+        import diskcache
+
+        self._cache = diskcache.Cache(path)
+
+    def get(self, key: str) -> bytes | None:
+        value = self._cache.get(key)
+        return value if isinstance(value, bytes) else None
+
+    def set(self, key: str, value: bytes) -> None:
+        self._cache.set(key, value)
+
+    def claim(self, key: str, seconds: float) -> bool:
+        return bool(self._cache.add(key, b"", expire=seconds))
+
+    def close(self) -> None:
+        self._cache.close()
+
+
+def open_store(url: str) -> Store:
+    """``memory://``, a directory path (diskcache), or ``redis://host:port/db``."""
+    if url.startswith("memory://"):
+        return MemoryStore()
+    if url.startswith(("redis://", "rediss://")):
+        from context_engine.proxy.store.redis_store import RedisStore
+        from context_engine.proxy.store.breaker import GuardedStore
+
+        return GuardedStore(RedisStore(url))
+    return DiskStore(url)

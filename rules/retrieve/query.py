@@ -1,0 +1,192 @@
+"""Reading a query before retrieval: when not to retrieve, how to weight BM25, how to split.
+
+- ``is_acknowledgement``: turns that are only thanks/ok/emotion ("thanks", "ok", "好的")
+  never trigger retrieval.
+- ``bm25_weight``: ids, numbers, dates and code-like tokens are matched by exact terms
+  far better than by embeddings, so such queries weight BM25 up.
+- ``terms``: the tokenizer shared by BM25 and the overlap filter; Latin words are
+  lower-cased and stemmed lightly, CJK text becomes character bigrams.
+- ``sub_queries``: a question naming several things ("X and Y") is also searched per
+  part, so multi-hop questions recall each part.
+- ``first_person``: a question about a named speaker ("What does Melanie do to
+  de-stress?") is also searched as that speaker would have said it ("What does I do
+  to de-stress?"): their own turns say "I", not their name.
+- ``months``: the (month, year) pairs a question names ("in April 2022"), so turns
+  from sessions dated then can be preferred.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from context_engine.rules.base import made_of
+
+_WORD = re.compile(r"[A-Za-z0-9_@.\-/:]+|[\u3400-\u9fff\uf900-\ufaff]+")
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+# Lookaheads are bounded (an id names its digit and letter within 64 characters), and
+# patterns that scan a run start only where the run starts: a search then reads each
+# run once, where an unanchored ``[a-z]+\(`` rescans a 100k-letter run from each letter.
+_ID = re.compile(r"\b(?=[A-Za-z0-9_\-]{0,63}\d)(?=[A-Za-z0-9_\-]{0,63}[A-Za-z_])[A-Za-z0-9_\-]{4,}\b")
+_NUMBER = re.compile(r"\b\d[\d,.:]*\b")
+_DATE = re.compile(
+    r"\b(\d{4}-\d{2}-\d{2}|\d{1,2}/\d{1,2}(/\d{2,4})?|"
+    r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]{0,6}\.? \d{1,2}|"
+    r"\d{1,2} (jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]{0,6})\b"
+    r"|(?<!\d)\d+[年月日]",
+    re.IGNORECASE,
+)
+_CODE = re.compile(r"(?<![A-Za-z_])[A-Za-z_]+\(|(?<![a-z])[a-z]+_[a-z_]+|(?<![a-z])[a-z]+[A-Z][A-Za-z]+"
+                   r"|(?<!\w)\w+\.\w+\(|`")
+
+_ACK_WORDS = {
+    "ok", "okay", "k", "kk", "thanks", "thank", "you", "thx", "ty", "cool", "great", "nice",
+    "good", "got", "it", "sure", "yes", "yeah", "yep", "no", "nope", "fine", "alright",
+    "awesome", "perfect", "lol", "haha", "wow", "hmm", "hm", "sounds", "so", "much", "very",
+    "a", "lot", "np", "noted", "understood", "right", "cheers", "appreciate", "that", "love",
+    "bye", "👍", "🙏", "😊",
+}
+_ACK_ZH = frozenset(("好的", "好", "谢谢", "多谢", "感谢", "收到", "明白", "了解", "行", "可以",
+                    "没问题", "哈", "赞", "稍等", "知道了", "辛苦了", *"啊呀吧哦噢嗯了的!！。,.，~～"))
+
+_STOP = {
+    "the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "is", "are",
+    "was", "were", "be", "been", "do", "does", "did", "what", "when", "where", "who", "which",
+    "how", "why", "that", "this", "it", "its", "as", "by", "from", "i", "you", "he", "she",
+    "we", "they", "my", "your", "his", "her", "their", "our", "me", "him", "them", "us", "so",
+    "but", "if", "about", "have", "has", "had", "not", "no", "yes", "can", "could", "would",
+    "will", "just", "any", "some", "there", "here", "than", "then", "too", "very", "also",
+    "into", "out", "up", "down", "over", "all", "more", "most", "such", "s", "t", "m", "re",
+    "ve", "ll", "d", "am", "im", "it's", "i'm", "that's", "what's", "kind", "type",
+}
+
+
+def is_acknowledgement(text: str) -> bool:
+    """True for a turn that is only thanks, ok or emotion: nothing to look up."""
+    stripped = text.strip()
+    if not stripped:
+        return True
+    if _CJK.search(stripped):
+        return made_of(stripped, _ACK_ZH, 3)
+    words = re.findall(r"[\w']+|[^\w\s]", stripped.lower())
+    words = [w for w in words if w.strip(".,!?;:~-") and w not in ("'",)]
+    return len(words) <= 8 and all(w in _ACK_WORDS for w in words)
+
+
+_ASK = re.compile(
+    r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
+    r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
+    r"\b(remember|remind me|last time|earlier|before|previously|again)\b|"
+    r"吗|什么|多少|哪|几|怎么|谁|何时|记得|之前|上次",
+    re.IGNORECASE,
+)
+
+
+def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
+    """A turn needs memory when it asks something (a question, a recall cue, an id) and
+    names at least one term that the visible window lacks and the memory holds."""
+    if is_acknowledgement(query):
+        return False
+    asks = [s for s in re.split(r"(?<=[.!?？。！])\s+", query) if _ASK.search(s)]
+    exact = _ID.findall(query) + [m.group(0) for m in _DATE.finditer(query)]
+    novel = {t for s in asks + exact for t in terms(s) if t in memory_terms and t not in visible_terms}
+    return bool(novel)
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2]:
+                word = word[:-1]  # running -> run
+            return word
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """BM25 terms: stemmed lower-case words without stopwords; CJK as character bigrams."""
+    return list(_terms(text))
+
+
+@functools.lru_cache(maxsize=65_536)
+def _terms(text: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for token in _WORD.findall(text):
+        if _CJK.match(token):
+            out.extend(token[i:i + 2] for i in range(max(1, len(token) - 1)))
+            continue
+        word = token.lower().strip(".-/:")
+        if not word or word in _STOP:
+            continue
+        out.append(_stem(word) if word.isalpha() else word)
+        if "-" in word and not any(c.isdigit() for c in word):  # de-stress: de, stress, destress
+            out += [_stem(w) for w in word.split("-") if w and w not in _STOP]
+            out[-1 - sum(1 for w in word.split("-") if w and w not in _STOP)] = _stem(word.replace("-", ""))
+    return tuple(out)
+
+
+def bm25_weight(query: str, base: float, boosted: float) -> float:
+    """The weight of BM25 in the fused score: ``boosted`` when the query holds ids,
+    numbers, dates or code-like tokens, else ``base``."""
+    if _ID.search(query) or _NUMBER.search(query) or _DATE.search(query) or _CODE.search(query):
+        return boosted
+    return base
+
+
+def sub_queries(query: str) -> list[str]:
+    """The query itself, then its parts when it joins several asks with and/or/commas/和."""
+    parts = re.split(r",|;| and | or |\band\b|和|以及|或者|、", query)
+    parts = [p.strip(" ?？.") for p in parts]
+    parts = [p for p in parts if len(terms(p)) >= 1 and p != query.strip(" ?？.")]
+    return [query] + (parts if len(parts) >= 2 else [])
+
+
+def first_person(query: str, speakers: set[str]) -> str | None:
+    """``query`` with each named speaker's first name as "I" ("Melanie's" as "my"), or
+    None when it names none of ``speakers`` (lower-case names, as ``Chunk.speaker``)."""
+    out = query
+    for name in sorted({s.split(" ")[0] for s in speakers}):
+        out = re.sub(rf"\b{re.escape(name)}(?:'s|’s|')(?!\w)", "my", out, flags=re.IGNORECASE)
+        out = re.sub(rf"\b{re.escape(name)}\b", "I", out, flags=re.IGNORECASE)
+    return out if out != query else None
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+_MONTH_YEAR = re.compile(rf"\b({'|'.join(_MONTHS)}|sept|{'|'.join(m[:3] for m in _MONTHS)})\.?"
+                         r"(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+(\d{4})\b", re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def months(text: str) -> frozenset[tuple[str, str]]:
+    """The (month, year) pairs named in ``text``: "April 2022", "Aug 15, 2023"."""
+    return frozenset((_full_month(m), y) for m, y in _MONTH_YEAR.findall(text))
+
+
+def _full_month(name: str) -> str:
+    low = name.lower()
+    return next(m for m in _MONTHS if m.startswith(low[:3]))
+
+
+_TITLE = re.compile(r'"([^"\n]{3,60})"|“([^”\n]{3,60})”')
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?: [A-Z][a-z]+)*)")
+
+
+def linked_entities(texts: list[str], speakers: set[str], asked: set[str]) -> list[str]:
+    """Names and quoted titles in ``texts`` (the best hits) that the question did not
+    name: "Becoming Nicole", "Sweden". Sentence-initial words and speakers are skipped.
+    Searching for them finds the other turns about the same thing (the second hop)."""
+    found: set[str] = set()
+    for text in texts:
+        body = _SPEAKER_PREFIX.sub("", text, count=1)
+        names = [a or b for a, b in _TITLE.findall(body)] + _NAME.findall(body)
+        for name in names:
+            words = terms(name)
+            first = name.split(" ")[0].lower()
+            if words and name.lower() not in speakers and first not in speakers \
+                    and not set(words) <= asked:
+                found.add(name)
+    return sorted(found)
+
+
+_SPEAKER_PREFIX = re.compile(r"^[A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?:\s")

@@ -1,0 +1,297 @@
+"""retrieve: long memory over turns that left the window, injected as one cited zone.
+
+What it does
+    Turns in closed blocks (older than ``window`` units, closed every
+    ``block`` units, as ``summarize`` aligns them) leave the request and are indexed
+    for this session only: one chunk per turn, long tool output cut by records, each
+    chunk keeping its turn number, speaker, session/date header and tool name. On a
+    substantive user turn (not "thanks"/"ok"/"好的"), a hybrid search (BM25 over
+    stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
+    weighted up for ids, numbers, dates, code; the question also in its parts and in a
+    named speaker's own words; its month and year scoping sessions; names in the best
+    hits searched again; neighbouring turns decayed by distance — ``memory_search``)
+    picks the relevant snippets, and they come back as one ``[context-engine:memory]``
+    user message just before that user turn.
+
+Cost
+    Nothing is embedded for a session until turns leave its request, and then only
+    what left. Vectors come from the store; a request embeds at most ``max_embed``
+    missing ones, the best BM25 candidates of its question first, and the chunks still
+    without a vector rank by BM25 alone (a cold session's first request stays fast).
+    ``prefetch`` (the background lane, between requests) embeds those, and the turns
+    that will leave at the next block boundary. The rewrite is a function of the request
+    and the store's contents: with every vector stored it is the full hybrid search.
+
+Why
+    Clients resend the whole history; most of it is irrelevant to the current turn.
+    Cache-aware: the zone injected for a user turn stays where it is, byte-identical,
+    until the next block closes, so the provider's prompt cache keeps hitting; snippets
+    already visible are not injected again; nothing changes while the dropped history is
+    under ``min_closed_tokens``.
+
+Example
+    [system, 400 old turns…, u: "what did I say about the Berlin trip?", a: …, u: "thanks"]
+    → [system, memory zone (#12 user: "Berlin in May…", #13 …), recent turns…]
+
+Options
+    See ``RetrieveConfig``.
+
+Risks
+    A fact that no query finds is not in the request any more; summaries (``summarize``)
+    or a larger ``max_snippet_tokens`` reduce that risk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import (
+    MEMORY_HEADER,
+    SUMMARY_HEADER,
+    RuleDeps,
+    fingerprint,
+    last_user_index,
+    option,
+    separate_users,
+    system_prefix_len,
+    text_of,
+)
+from context_engine.rules.retrieve.embedders import make_embedder
+from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
+from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
+from context_engine.rules.retrieve.prefetch import Prefetcher
+from context_engine.rules.retrieve.search import SNIPPET_OVERHEAD, Hit, SearchParams, fused_scores, render, select
+from context_engine.rules.retrieve.window import Tail, source
+from context_engine.rules.retrieve.query import asks_for_memory, is_acknowledgement, terms
+
+log = logging.getLogger("context_engine.retrieve")
+POSITIONS = ("before_last_user", "after_system")
+ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
+
+
+@dataclass(frozen=True)
+class RetrieveConfig:
+    window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
+    block: int = option(4, "older units leave the request in closed blocks of this size")
+    min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
+    min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
+    top_k: int = option(32, "at most this many best-scoring snippets per query (before neighbours)")
+    threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
+    neighbours: int = option(2, "turns on each side of a hit that may come with it")
+    neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
+    max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
+    max_snippet_tokens: int = option(2000, "token budget of one memory zone")
+    bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
+    bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
+    speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
+    fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
+    expansion: float = option(0.7, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
+    first_person: bool = option(True, "also search a question about a named speaker as that speaker's own words (Melanie's → my)")
+    date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
+    gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
+    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
+    embedder: str = option("auto", "auto | minilm | minilm-ort | hashing | litellm:<model>")
+    keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
+    context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
+    max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
+    knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
+    knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
+    max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
+    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then (0 = no cap)")
+
+    def __post_init__(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
+        if self.gate not in ("auto", "always"):
+            raise ValueError("gate must be auto or always")
+        if self.window < 1 or self.block < 1 or self.top_k < 1:
+            raise ValueError("window, block and top_k must be at least 1")
+        if self.max_embed < 0 or self.max_sessions < 1:
+            raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
+        if not 0.0 <= self.neighbour_decay <= 1.0:
+            raise ValueError("neighbour_decay must be between 0 and 1")
+        if self.knowledge_date:
+            try:
+                dt.date.fromisoformat(self.knowledge_date)
+            except ValueError:
+                raise ValueError(f"knowledge_date must be an ISO date (YYYY-MM-DD), got {self.knowledge_date!r}") from None
+
+
+def _is_memory(m: Any) -> bool:
+    return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
+
+
+class Retrieve:
+    name = "retrieve"
+    Config = RetrieveConfig
+
+    def __init__(self, config: RetrieveConfig, deps: RuleDeps) -> None:
+        self.config = config
+        self.deps = deps
+        self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
+        self.cache = EmbeddingCache(self.embedder, deps.store)
+        self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
+        self._lock = threading.Lock()  # guards ``sessions``; each index has its own lock
+        self.tail = Tail(config.window, config.block, config.min_closed_tokens,
+                         config.min_drop_ratio, config.keep_tool_units)
+        self.ahead = Prefetcher(self.cache, self._tail_chunks, 4 * config.max_sessions)
+        self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
+            if config.knowledge_dir else None
+        self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
+                                   config.max_overlap, config.max_snippet_tokens,
+                                   config.bm25_weight, config.bm25_weight_exact,
+                                   config.speaker_weight, config.fusion, config.expansion,
+                                   config.neighbour_decay, config.first_person, config.date_boost)
+        log.info("retrieve: embedder %s", self.embedder.name)
+
+    def _chunks(self, msgs: list[Any], start: int, end: int, keep: frozenset[int]) -> list[Chunk]:
+        return chunk_messages(msgs, start, end, self.config.max_chunk_chars,
+                              (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars)
+
+    def _tail_chunks(self, msgs: list[Any], start: int, end: int) -> list[Chunk]:
+        """The chunks turns ``start:end`` will have when they leave (``prefetch``)."""
+        return self._chunks(msgs, start, end, self.tail.kept(msgs, start, end))
+
+    def _index(self, session: str) -> SessionIndex:
+        with self._lock:
+            idx = self.sessions.pop(session, None) or SessionIndex(session, self.cache)
+            self.sessions[session] = idx
+            while len(self.sessions) > self.config.max_sessions:
+                self.sessions.popitem(last=False)
+        return idx
+
+    def prefetch(self, pause: Callable[[], None] | None = None) -> int:
+        """Embed, between requests, the dropped turns searched without vectors and the
+        turns recent requests will drop at a later block boundary (``memory_prefetch``);
+        returns the number of texts embedded."""
+        return self.ahead.run(pause)
+
+    def _vectorize(self, idx: SessionIndex, query: str, allowance: list[int]) -> None:
+        """Vectors for the search of ``query``: from the store, else embedded, the best
+        BM25 candidates first, at most ``max_embed`` per request (``allowance``); the
+        rest go to the background lane (BM25 ranks them until then)."""
+        if self.config.max_embed == 0:
+            idx.vectorize()
+            return
+        if not idx.missing():
+            return
+        bm = idx.bm25_scores(terms(query))
+        order = sorted(range(len(idx.chunks)), key=lambda i: (-bm[i], -i))
+        _, embedded = idx.vectorize(order, allowance[0], lookup=False)  # looked up in apply
+        allowance[0] -= embedded
+
+    def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
+        if self.config.gate == "always" or self.kb is not None:
+            return not is_acknowledgement(query)
+        visible = {t for text in window for t in terms(text)}
+        return asks_for_memory(query, visible, idx.vocabulary)
+
+    def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
+                budget: int, allowance: list[int]) -> list[Hit]:
+        if budget <= 0:
+            return []
+        embed = self.cache.get
+        params = dataclasses.replace(self.params, max_tokens=budget)
+        hits: list[Hit] = []
+        if idx.chunks:
+            self._vectorize(idx, query, allowance)
+            hits = select(idx, fused_scores(idx, query, embed, params), visible, params, counter)
+        if self.kb is not None:
+            used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
+            hits += self.kb.search(query, embed, params, counter, budget - used)
+        return hits
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        if any(_is_memory(m) for m in ctx.messages):
+            return ctx  # already rewritten: applying twice changes nothing more
+        msgs = list(ctx.messages)
+        counter = TokenCounter(ctx.encoding)
+        lu = last_user_index(msgs)
+        if lu < 0:
+            return ctx
+        head = system_prefix_len(msgs)
+        cut = self.tail.epoch_cut(msgs, counter)
+        if cut <= head and self.kb is None:
+            return ctx  # nothing leaves: no memory work at all for this session yet
+        session = ctx.session_id or fingerprint(msgs[:head + 1])
+        keep = self.tail.kept(msgs, head, cut)
+        indexed = source(ctx, msgs, head, cut, keep)
+        if cut > head:
+            self.ahead.remember(session, indexed[0], indexed[2])
+        idx = self._index(session)
+        with idx.lock:  # a session's index is used by one request at a time
+            idx.sync(self._chunks(*indexed))
+            unembedded, _ = idx.vectorize(cap=0)  # what the store has; the rest in background
+            if unembedded:
+                self.ahead.fill(session, [idx.chunks[i].embed_text for i in unembedded])
+            zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
+            return self._rewritten(ctx, msgs, head, cut, lu, idx, zones, keep)
+
+    def _rewritten(self, ctx: RequestContext, msgs: list[Any], head: int, cut: int, lu: int,
+                   idx: SessionIndex, zones: dict[int, tuple[str, list[Hit]]],
+                   keep: frozenset[int]) -> RequestContext:
+        if cut <= head and not zones:
+            return ctx
+        out = self._assemble(msgs, head, cut, zones, keep)
+        if out == ctx.messages:
+            return ctx
+        last = zones.get(lu)
+        injected = [f"{h.chunk.header}#{h.chunk.index}" for h in last[1]] if last else []
+        note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
+                "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
+                "scores": [h.score for h in last[1]] if last else [],
+                "unembedded": len(idx.missing()), "oscillation": idx.oscillation(injected)}
+        return ctx.replace(messages=out).with_note(self.name, note)
+
+    def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
+               counter: TokenCounter, keep: frozenset[int]) -> dict[int, tuple[str, list[Hit]]]:
+        """The memory zone of each user turn of the current block epoch, oldest first.
+
+        A user turn's zone is what was retrieved when it was the last message: same
+        closed prefix (same epoch), same window before it, so it is recomputed
+        byte-identically on later requests and the cached prefix stays valid. All zones
+        together never cost more than the history they replace.
+        """
+        zones: dict[int, tuple[str, list[Hit]]] = {}
+        users = [i for i in range(cut, lu + 1) if msgs[i].get("role") == "user"]
+        if self.config.position == "after_system":
+            users = [lu]
+        dropped = [msgs[i] for i in range(head, cut) if i not in keep]
+        left = counter.messages(dropped) if dropped else self.params.max_tokens
+        kept_text = [text_of(msgs[i]) for i in sorted(keep)]
+        allowance = [self.config.max_embed]  # texts this request may still embed
+        for u in users:
+            if u != lu and self.tail.epoch_cut(msgs[: u + 1], counter) != cut:
+                continue
+            query = text_of(msgs[u])
+            window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
+            if not self._needs_memory(query, window, idx):
+                continue
+            budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
+            hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
+            if hits:
+                zones[u] = (render(hits), hits)
+                left -= counter.message({"role": "user", "content": zones[u][0]})
+        return zones
+
+    def _assemble(self, msgs: list[Any], head: int, cut: int,
+                  zones: dict[int, tuple[str, list[Hit]]], keep: frozenset[int]) -> list[Any]:
+        kept = [msgs[i] for i in sorted(keep)]
+        if self.config.position == "after_system":
+            zone = [{"role": "user", "content": z[0]} for z in zones.values()]
+            return separate_users(list(msgs[:head]) + zone + kept + list(msgs[cut:]), msgs)
+        out = list(msgs[:head]) + kept
+        for i in range(cut, len(msgs)):
+            if i in zones:
+                out.append({"role": "user", "content": zones[i][0]})
+            out.append(msgs[i])
+        return separate_users(out, msgs)  # never two user messages in a row
