@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.rules.base import last_user_index, system_prefix_len
+from context_engine.proxy.engine.messages import last_user_index, system_prefix_len
 
 Messages = list[dict[str, Any]]
 

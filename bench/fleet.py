@@ -84,7 +84,7 @@ class Postgres:
                        user=self.user, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, timeout=120)
 
-    def __enter__(self) -> "Postgres":
+    def __enter__(self) -> Postgres:
         self._run("initdb", "-D", self.data, "-U", "ce", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
         return self.start()
 
@@ -92,7 +92,7 @@ class Postgres:
     def data(self) -> str:
         return os.path.join(self.root, "data")
 
-    def start(self) -> "Postgres":
+    def start(self) -> Postgres:
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
         self._run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.root, "log"),
@@ -145,7 +145,7 @@ class Nginx:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: Any = None
 
-    def __enter__(self) -> "Nginx":
+    def __enter__(self) -> Nginx:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_up(self.url + "/healthz", 30, self.proc)
         return self
@@ -176,16 +176,16 @@ class Replica:
                     "CONTEXT_ENGINE_LOG_LEVEL": "warning", **(env or {})}
         self.proc: Any = None
 
-    def launch(self) -> "Replica":
+    def launch(self) -> Replica:
         """Start the process (``wait`` for it to answer; several start in parallel)."""
         self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=str(REPO))
         return self
 
-    def wait(self) -> "Replica":
+    def wait(self) -> Replica:
         wait_up(self.url + "/healthz", 120, self.proc)
         return self
 
-    def start(self) -> "Replica":
+    def start(self) -> Replica:
         return self.launch().wait()
 
     def stop(self) -> None:
@@ -198,7 +198,7 @@ class Replica:
                 self.proc.kill()
                 self.proc.wait()
 
-    def __enter__(self) -> "Replica":
+    def __enter__(self) -> Replica:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

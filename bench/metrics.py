@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from context_engine.proxy.engine.tokens import TokenCounter
 

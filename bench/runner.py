@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from context_engine.bench import billing
 from context_engine.bench.cases import Case, request_points
-from context_engine.bench.metrics import cache_cost, probe_retained, stable_prefix_tokens, visible_text
+from context_engine.bench.metrics import (
+    cache_cost,
+    probe_retained,
+    stable_prefix_tokens,
+    visible_text,
+)
 from context_engine.bench.tally import Tally
 from context_engine.proxy.engine.tokens import TokenCounter
 

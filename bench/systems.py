@@ -18,6 +18,7 @@ import yaml
 
 from context_engine.bench import baselines
 from context_engine.proxy.engine.context import JournalEntry
+from context_engine.proxy.engine.contract import Embedder
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.settings import Settings, load_settings
@@ -87,11 +88,9 @@ class _EngineSession:
         self.engine.prefetch()  # the server runs this while the upstream replies
         background = (time.perf_counter() - start) * 1000
         ctx = rw.result.ctx
-        zones = ctx.notes.get("zones")
-        zone_line = zones.get("system_line") if isinstance(zones, dict) else None
         out = list(ctx.messages)
         return Outcome(out, ms, journal=list(rw.result.journal),
-                       problems=rewrite_problems(messages, out, zone_line),
+                       problems=rewrite_problems(messages, out, ctx.system_line),
                        failed_open=rw.result.failed_open,
                        reverted_because=list(rw.result.problems), background_ms=background,
                        over_deadline=0 < self.engine.settings.rules_deadline_ms < ms)
@@ -110,16 +109,20 @@ class EngineSystem:
     settings: Settings
     model: str = "gpt-4o"
     store: MemoryStore = field(default_factory=MemoryStore)
-    extra: dict[str, Any] = field(default_factory=dict)
+    embedder: Embedder | None = None
 
     def open(self, session_id: str) -> Session:
-        if "retrieve" in self.settings.rules and "embedder" not in self.extra:
+        engine = Engine(self.settings, store=self.store, embedder=self.shared_embedder())
+        return _EngineSession(engine, session_id, self.model)
+
+    def shared_embedder(self) -> Embedder | None:
+        """The one embedder every session (and variant) of this system uses."""
+        if "retrieve" in self.settings.rules and self.embedder is None:
             from context_engine.rules.retrieve.embedders import make_embedder
 
             name = self.settings.rule_options.get("retrieve", {}).get("embedder", "auto")
-            self.extra["embedder"] = make_embedder(str(name))
-        engine = Engine(self.settings, store=self.store, extra=self.extra)
-        return _EngineSession(engine, session_id, self.model)
+            self.embedder = make_embedder(str(name))
+        return self.embedder
 
 
 def parse_variant(spec: str, settings: Settings) -> tuple[str, Settings]:
@@ -171,7 +174,7 @@ def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
     if "engine" in kinds or variants:
         engine = EngineSystem("engine", settings, model)
         systems += [engine] * ("engine" in kinds)
-        systems += [EngineSystem(name, changed, model, engine.store, engine.extra)
+        systems += [EngineSystem(name, changed, model, engine.store, engine.shared_embedder())
                     for name, changed in variants]
     if "alone" in kinds and len(settings.rules) > 1:
         for rule in settings.rules:

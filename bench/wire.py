@@ -162,12 +162,11 @@ class _WireSession:
             held = _opaque_texts(raw)
             self.tally.requests += 1
             self.tally.intact += all(t in out_raw for t in held)
-        zones = rw.result.ctx.notes.get("zones")
-        zone_line = zones.get("system_line") if isinstance(zones, dict) else None
         both = (SRC, OPAQUE)  # the engine's own result is checked, as the proxy checks it
         return Outcome(out, ms, journal=list(rw.result.journal),
                        problems=rewrite_problems(strip(parsed.chat["messages"], both),
-                                                 strip(rw.result.ctx.messages, both), zone_line),
+                                                 strip(rw.result.ctx.messages, both),
+                                                 rw.result.ctx.system_line),
                        failed_open=rw.result.failed_open or out_raw == raw and rw.result.changed,
                        reverted_because=list(rw.result.problems))
 

@@ -7,8 +7,8 @@ import logging
 import sys
 from typing import Any
 
+from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.settings import ConfigError, Settings, load_settings
-from context_engine.rules.base import RuleDeps
 
 
 def _serve_flags(p: argparse.ArgumentParser) -> None:
@@ -97,8 +97,8 @@ def rules_yaml() -> str:
     """The ``rules:`` and ``rule_options:`` blocks of config.yaml, with every option's help."""
     import json
 
+    from context_engine.proxy.engine.contract import config_help
     from context_engine.rules import DEFAULT_RULES, REGISTRY
-    from context_engine.rules.base import config_help
 
     order = list(REGISTRY)  # the recommended run order; turning a rule on keeps its place
     lines = ["rules:"] + [f"  {n}: {'true' if n in DEFAULT_RULES else 'false'}" for n in order]
@@ -112,8 +112,8 @@ def rules_yaml() -> str:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from context_engine.proxy.engine.contract import config_help
     from context_engine.rules import DEFAULT_RULES, REGISTRY
-    from context_engine.rules.base import config_help
 
     if args.yaml:
         print(rules_yaml(), end="")
@@ -132,13 +132,13 @@ def cmd_kb(args: argparse.Namespace) -> int:
     import os
     import time
 
+    from context_engine.proxy.engine.tokens import TokenCounter
     from context_engine.proxy.settings import build_rule_config
     from context_engine.proxy.store.stores import open_store
-    from context_engine.proxy.engine.tokens import TokenCounter
     from context_engine.rules.retrieve.embedders import make_embedder
     from context_engine.rules.retrieve.knowledge_base import clauses, statuses
-    from context_engine.rules.retrieve.search import render
     from context_engine.rules.retrieve.rule import Retrieve
+    from context_engine.rules.retrieve.search import render
 
     settings = _settings(args)
     options = dict(settings.rule_options.get("retrieve", {}))
@@ -152,7 +152,7 @@ def cmd_kb(args: argparse.Namespace) -> int:
     embedder = make_embedder(config.embedder)
     store = open_store(settings.store)
     start = time.perf_counter()
-    rule = Retrieve(config, RuleDeps(store=store, extra={"embedder": embedder}))
+    rule = Retrieve(config, RuleDeps(store=store, embedder=embedder))
     seconds = time.perf_counter() - start
     kb, cache = rule.kb, rule.cache
     assert kb is not None

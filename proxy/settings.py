@@ -8,16 +8,21 @@ the server does not start. The hot path only reads the prepared ``Settings``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
-from context_engine.proxy.recording.ledger import ledger_kind
+from context_engine.proxy.engine.contract import Rule, RuleDeps
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
+from context_engine.proxy.recording.ledger import ledger_kind
 from context_engine.rules import DEFAULT_RULES, REGISTRY
+
+Registry = Mapping[str, type[Rule]]
 
 MODES = ("rewrite", "shadow", "ab")
 ENV_PREFIX = "CONTEXT_ENGINE_"
@@ -104,7 +109,7 @@ def _field_type(cls: type, name: str) -> type:
     return type(default)
 
 
-def parse_rules(value: Any, source: str) -> tuple[str, ...]:
+def parse_rules(value: Any, source: str, registry: Registry = REGISTRY) -> tuple[str, ...]:
     """``rules`` from config.yaml (mapping name → on/off, in order) or a comma list."""
     if isinstance(value, str):
         names = [n.strip() for n in value.split(",") if n.strip()]
@@ -116,7 +121,7 @@ def parse_rules(value: Any, source: str) -> tuple[str, ...]:
             if on:
                 names.append(str(name))
         for name in value:
-            _check_rule_name(str(name), source)
+            _check_rule_name(str(name), source, registry)
     elif isinstance(value, list):
         names = [str(n) for n in value]
     elif value is None:
@@ -124,20 +129,20 @@ def parse_rules(value: Any, source: str) -> tuple[str, ...]:
     else:
         raise ConfigError(f"rules: expected a mapping of rule name to true/false ({source})")
     for name in names:
-        _check_rule_name(name, source)
+        _check_rule_name(name, source, registry)
     if len(set(names)) != len(names):
         raise ConfigError(f"rules: a rule is listed twice ({source})")
     return tuple(names)
 
 
-def _check_rule_name(name: str, source: str) -> None:
-    if name not in REGISTRY:
-        valid = ", ".join(sorted(REGISTRY)) or "(none registered)"
+def _check_rule_name(name: str, source: str, registry: Registry) -> None:
+    if name not in registry:
+        valid = ", ".join(sorted(registry)) or "(none registered)"
         raise ConfigError(f"rules: unknown rule {name!r} ({source}); valid rules: {valid}")
 
 
-def build_rule_config(name: str, options: Mapping[str, Any]) -> Any:
-    cls = REGISTRY[name].Config
+def build_rule_config(name: str, options: Mapping[str, Any], registry: Registry = REGISTRY) -> Any:
+    cls = registry[name].Config
     valid = [f.name for f in dataclasses.fields(cls)]
     clean = {}
     for key, value in (options or {}).items():
@@ -161,8 +166,10 @@ def load_settings(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     config_path: str | None = None,
+    registry: Registry = REGISTRY,
 ) -> Settings:
-    """Merge the three sources and validate every value."""
+    """Merge the three sources and validate every value; rule names and options are
+    checked against ``registry`` (tests pass their own rules here)."""
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
     env = dict(os.environ if env is None else env)
     path = config_path or flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
@@ -191,19 +198,21 @@ def load_settings(
     for key in SCALAR_KEYS:
         if key in values:
             out[key] = _coerce(key, values[key], _field_type(Settings, key))
-    out["rules"] = parse_rules(values["rules"], source) if "rules" in values else DEFAULT_RULES
+    out["rules"] = (parse_rules(values["rules"], source, registry) if "rules" in values
+                    else DEFAULT_RULES)
     options = values.get("rule_options") or {}
     if not isinstance(options, Mapping):
         raise ConfigError("rule_options: expected a mapping of rule name to options")
     for name, opts in options.items():
-        _check_rule_name(str(name), source)
+        _check_rule_name(str(name), source, registry)
         if opts is not None and not isinstance(opts, Mapping):
             raise ConfigError(f"rule_options.{name}: expected a mapping of options")
-        build_rule_config(str(name), opts or {})
+        build_rule_config(str(name), opts or {}, registry)
     out["rule_options"] = {str(k): dict(v or {}) for k, v in options.items()}
     out["cache"] = parse_cache(values.get("cache"), ConfigError)
     out["profiles"] = parse_profiles(values.get("profiles"), out["rule_options"], ConfigError,
-                                     parse_rules, build_rule_config)
+                                     functools.partial(parse_rules, registry=registry),
+                                     functools.partial(build_rule_config, registry=registry))
     settings = Settings(**out)
     _check(settings)
     return settings
@@ -248,13 +257,13 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")
 
 
-def build_rules(settings: Settings, deps: Any) -> list[Any]:
+def build_rules(settings: Settings, deps: RuleDeps, registry: Registry = REGISTRY) -> list[Rule]:
     """Instantiate the enabled rules in order (at start-up, never per request)."""
     rules = []
     for name in settings.rules:
-        config = build_rule_config(name, settings.rule_options.get(name, {}))
+        config = build_rule_config(name, settings.rule_options.get(name, {}), registry)
         try:
-            rules.append(REGISTRY[name](config, deps))
+            rules.append(registry[name](config, deps))
         except (ValueError, TypeError, OSError) as exc:
             raise ConfigError(f"rule_options.{name}: {exc}") from None
     return rules

@@ -6,8 +6,7 @@ self-registration: a rule exists when it is listed here.
 
 from __future__ import annotations
 
-from typing import Any
-
+from context_engine.proxy.engine.contract import Rule
 from context_engine.rules.budget import Budget
 from context_engine.rules.fold_duplicates.rule import FoldDuplicates
 from context_engine.rules.retrieve.rule import Retrieve
@@ -15,7 +14,7 @@ from context_engine.rules.summarize.rule import Summarize
 from context_engine.rules.tool_json.rule import ToolJson
 from context_engine.rules.zones.rule import Zones
 
-REGISTRY: dict[str, type[Any]] = {
+REGISTRY: dict[str, type[Rule]] = {
     "fold_duplicates": FoldDuplicates,
     "tool_json": ToolJson,
     "summarize": Summarize,

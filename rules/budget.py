@@ -49,20 +49,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import (
+from context_engine.proxy.engine.contract import RuleDeps, option
+from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
-    RuleDeps,
     is_injected,
     is_injected_ack,
     last_user_index,
     media_refs,
-    option,
     system_prefix_len,
     text_of,
     units,
 )
+from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.summarize.slots import original_id
 
 DROPPED = "[context-engine:dropped]"

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings as hyp_settings
 
+from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 

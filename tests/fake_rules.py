@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.rules.base import RuleDeps, last_user_index
+from context_engine.proxy.engine.contract import RuleDeps
+from context_engine.proxy.engine.messages import last_user_index
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,9 @@ import json
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.store.stores import MemoryStore
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import RuleDeps
 
 
 def make_ctx(messages: list[dict[str, Any]], **kw: Any) -> RequestContext:
@@ -21,7 +20,6 @@ def make_ctx(messages: list[dict[str, Any]], **kw: Any) -> RequestContext:
 
 def make_deps(**kw: Any) -> RuleDeps:
     kw.setdefault("store", MemoryStore())
-    kw.setdefault("counter", TokenCounter("o200k_base"))
     return RuleDeps(**kw)
 
 
@@ -39,7 +37,5 @@ def run_rule(cls: type, messages: list[dict[str, Any]], deps: RuleDeps | None = 
 
 
 def assert_valid_rewrite(original: list[dict[str, Any]], ctx: RequestContext) -> None:
-    zones = ctx.notes.get("zones")
-    zone_line = zones.get("system_line") if isinstance(zones, dict) else None
-    found = rewrite_problems(original, ctx.messages, zone_line)
+    found = rewrite_problems(original, ctx.messages, ctx.system_line)
     assert not found, found

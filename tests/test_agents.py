@@ -11,15 +11,16 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
+from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recording.ledger import read_rows
-from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 

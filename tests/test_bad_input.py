@@ -14,9 +14,9 @@ import os
 import httpx
 import pytest
 
+from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 from tests import raw_upstream

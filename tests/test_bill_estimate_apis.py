@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import anthropic
 
-from context_engine.proxy.reporting.aggregate import overall
 from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.reporting.aggregate import overall
 from tests.test_bill_estimate import FoldEveryThird, _text, conversation
 
 CC = {"type": "ephemeral"}

@@ -10,9 +10,9 @@ import uuid
 import httpx
 
 from context_engine.proxy.engine import tokens
-from context_engine.proxy.recording.context_metrics import Oscillation
 from context_engine.proxy.engine.memo import BoundedCache, memoize
 from context_engine.proxy.engine.tokens import TokenCounter, get_encoding
+from context_engine.proxy.recording.context_metrics import Oscillation
 from context_engine.rules.fold_duplicates.patterns import normalize
 
 
@@ -88,7 +88,7 @@ class SlowRule:
         self.seconds = seconds
 
     async def apply(self, ctx):
-        time.sleep(self.seconds)
+        time.sleep(self.seconds)  # noqa: ASYNC251 (a rule that holds its thread)
         return ctx
 
 

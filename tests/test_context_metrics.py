@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from context_engine.proxy.recording.context_metrics import Oscillation, data_segments, tool_retries, utilization
-from context_engine.rules.base import MEMORY_HEADER, SUMMARY_HEADER
+from context_engine.proxy.engine.messages import MEMORY_HEADER, SUMMARY_HEADER
+from context_engine.proxy.recording.context_metrics import (
+    Oscillation,
+    data_segments,
+    tool_retries,
+    utilization,
+)
 
 
 def test_data_segments_are_tool_results_summaries_and_memory():

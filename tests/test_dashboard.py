@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
+from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.recording.ledger import Ledger, LedgerRow
-from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.reporting.report import parse_since
-from context_engine.proxy.settings import load_settings
 from context_engine.proxy.reporting.stats import stats_from_ledger
+from context_engine.proxy.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"

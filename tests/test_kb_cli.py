@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from context_engine.proxy.cli import main
-from context_engine.rules.base import MEMORY_HEADER, text_of
+from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
 from context_engine.rules.retrieve.rule import Retrieve
 from tests.harness import run_rule
 

@@ -131,10 +131,10 @@ def test_an_older_ledger_gains_new_columns(tmp_path):
 
 # --- what the server says about it --------------------------------------------------------
 
+from context_engine.proxy.demo.mock_upstream import ServerThread  # noqa: E402
 from context_engine.proxy.edge.app import create_app  # noqa: E402
 from context_engine.proxy.engine.engine import Engine  # noqa: E402
 from context_engine.proxy.recording.metrics import MAX_LABEL_VALUES, Metrics  # noqa: E402
-from context_engine.proxy.demo.mock_upstream import ServerThread  # noqa: E402
 from context_engine.proxy.settings import load_settings  # noqa: E402
 from context_engine.proxy.store.stores import MemoryStore  # noqa: E402
 

@@ -16,10 +16,10 @@ import psycopg
 import pytest
 
 from context_engine.bench.fleet import free_port
+from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recording.ledger import Ledger, LedgerRow, read_rows
-from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.settings import ConfigError, load_settings
 from context_engine.proxy.store.stores import MemoryStore
 from tests.conftest import REPO

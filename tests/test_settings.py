@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from context_engine.proxy.engine.contract import option
 from context_engine.proxy.settings import ConfigError, build_rule_config, load_settings
 from context_engine.rules import REGISTRY
-from context_engine.rules.base import option
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import redis
 
+from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.demo.mock_upstream import ServerThread
-from context_engine.proxy.store.redis_store import RedisStore
 from context_engine.proxy.settings import load_settings
-from context_engine.proxy.store.stores import StoreUnavailable, open_store
 from context_engine.proxy.store.breaker import GuardedStore
+from context_engine.proxy.store.redis_store import RedisStore
+from context_engine.proxy.store.stores import StoreUnavailable, open_store
 from context_engine.rules.retrieve.embedders import HashingEmbedder
 from context_engine.rules.retrieve.index import EmbeddingCache
 

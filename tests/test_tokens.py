@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.engine.tokens import (
+    TokenCounter,
+    counter_for_model,
+    encoding_for_model,
+    get_encoding,
+)
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
-from context_engine.proxy.engine.tokens import TokenCounter, counter_for_model, encoding_for_model, get_encoding
 
 
 def test_known_models_map_to_their_encodings():

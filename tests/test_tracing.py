@@ -15,13 +15,13 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recording.ledger import read_rows
-from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.recording.tracing import make_tracer
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
-from context_engine.proxy.recording.tracing import make_tracer
 from tests.conftest import REPO
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -95,7 +95,7 @@ def test_each_request_emits_a_span_with_its_attributes_and_an_upstream_child(moc
 class _Collector(BaseHTTPRequestHandler):
     received: list[ExportTraceServiceRequest] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
         message = ExportTraceServiceRequest()
         message.ParseFromString(body)

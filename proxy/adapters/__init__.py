@@ -8,8 +8,8 @@ into the client's exact bytes; the caller sends the original when it raises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from context_engine.proxy.adapters import anthropic, chat, responses
 from context_engine.proxy.adapters.base import Parsed

@@ -20,11 +20,29 @@ import json
 from typing import Any
 
 from context_engine.proxy.adapters.anthropic_turns import Out, valid_turns
+from context_engine.proxy.adapters.base import (
+    OPAQUE,
+    PLACEHOLDER,
+    SRC,
+    Container,
+    Group,
+    Parsed,
+    Unit,
+    dumps,
+    groups,
+    join_pieces,
+    neutral_body,
+    plain_text,
+    rebuild_units,
+)
 from context_engine.proxy.adapters.memo import TranslationMemo
-from context_engine.proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
-                                 groups, join_pieces, neutral_body, plain_text, rebuild_units)
 from context_engine.proxy.edge.errors import BadRequest, ProxyError, anthropic_body
-from context_engine.proxy.edge.jsonspan import array_spans, decode_request, replace_spans, value_start
+from context_engine.proxy.edge.jsonspan import (
+    array_spans,
+    decode_request,
+    replace_spans,
+    value_start,
+)
 from context_engine.proxy.engine.prefix import MARK
 
 CONTENT = {"text", "image", "document", "search_result"}

@@ -19,8 +19,9 @@ original text at their original place.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 SRC = "_ce_src"
 OPAQUE = "_ce_opaque"

@@ -15,9 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from context_engine.proxy.adapters.base import (
+    OPAQUE,
+    PLACEHOLDER,
+    SRC,
+    Container,
+    Group,
+    Parsed,
+    Unit,
+    dumps,
+    groups,
+    join_pieces,
+    neutral_body,
+    plain_text,
+    rebuild_units,
+)
 from context_engine.proxy.adapters.memo import TranslationMemo
-from context_engine.proxy.adapters.base import (OPAQUE, PLACEHOLDER, SRC, Container, Group, Parsed, Unit, dumps,
-                                 groups, join_pieces, neutral_body, plain_text, rebuild_units)
 from context_engine.proxy.edge.errors import BadRequest, ProxyError
 from context_engine.proxy.edge.jsonspan import array_spans, decode_request, replace_spans
 

@@ -34,8 +34,15 @@ from typing import Any
 
 from context_engine.proxy.billing import cache_model
 from context_engine.proxy.billing.cache_model import PrefixCache
-from context_engine.proxy.engine.prefix import MARK, SegmentCache, Signature, digest, shared_segments, signature
 from context_engine.proxy.billing.pricing import price_for
+from context_engine.proxy.engine.prefix import (
+    MARK,
+    SegmentCache,
+    Signature,
+    digest,
+    shared_segments,
+    signature,
+)
 from context_engine.proxy.engine.tokens import counter_for_model
 
 KNOWN_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal",  # chat

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.demo.conversation import TOOLS, conversation, request_points
-from context_engine.proxy.recording.ledger import read_rows
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.recording.ledger import read_rows
 from context_engine.proxy.settings import Settings
 
 

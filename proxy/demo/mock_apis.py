@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
-from context_engine.rules.base import text_of
+from context_engine.proxy.engine.messages import text_of
 
 SHELL_TOOLS = {"bash", "shell", "shell_command", "exec_command", "local_shell"}
 

@@ -23,8 +23,9 @@ import functools
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -32,9 +33,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from context_engine.proxy.demo import mock_apis
 from context_engine.proxy.adapters.anthropic import parse as parse_anthropic
 from context_engine.proxy.adapters.responses import parse as parse_responses
+from context_engine.proxy.demo import mock_apis
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
 from context_engine.proxy.engine.prefix import strip_marks
 from context_engine.proxy.engine.tokens import TokenCounter
@@ -232,7 +233,7 @@ class ServerThread:
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> "ServerThread":
+    def __enter__(self) -> ServerThread:
         self.thread.start()
         deadline = time.time() + 20
         while not self.server.started:

@@ -6,34 +6,41 @@ import asyncio
 import contextlib
 import socket
 import sqlite3
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from context_engine.proxy import __version__
 from context_engine.proxy.adapters import ANTHROPIC, RESPONSES
 from context_engine.proxy.edge.chat import ChatCompletions
-from context_engine.proxy.reporting.dashboard import dashboard_html
-from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.edge.errors import error_json, speaks_anthropic
-from context_engine.proxy.edge.exposure import HostCheck, admin_only, check_exposure, is_loopback, redact_url
-from context_engine.proxy.recording.finish import Finisher
+from context_engine.proxy.edge.exposure import (
+    HostCheck,
+    admin_only,
+    check_exposure,
+    is_loopback,
+    redact_url,
+)
 from context_engine.proxy.edge.health import health, watch
-from context_engine.proxy.recording.ledger import Ledger
-from context_engine.proxy.recording.metrics import Metrics
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.relay import quiet_server_aborts
-from context_engine.proxy.reporting.report import parse_since
-from context_engine.proxy.settings import ConfigError, Settings
-from context_engine.proxy.reporting.stats import FLUSH_WAIT, stats_after_flush
 from context_engine.proxy.edge.upstream import Upstream
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.recording.finish import Finisher
+from context_engine.proxy.recording.ledger import Ledger
+from context_engine.proxy.recording.metrics import Metrics
+from context_engine.proxy.reporting.dashboard import dashboard_html
+from context_engine.proxy.reporting.report import parse_since
+from context_engine.proxy.reporting.stats import FLUSH_WAIT, stats_after_flush
+from context_engine.proxy.settings import ConfigError, Settings
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 

@@ -15,17 +15,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from context_engine.proxy.engine import modes
-from context_engine.proxy.engine import profiles
 from context_engine.proxy.adapters import CHAT, Adapter, Parsed
-from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError
-from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
-from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.edge.relay import relay
-from context_engine.proxy.engine.session import session_id, session_key
 from context_engine.proxy.edge.upstream import Upstream, request_headers
 from context_engine.proxy.edge.usage_tap import Usage
+from context_engine.proxy.engine import modes, profiles
+from context_engine.proxy.engine.engine import Engine, Rewrite
+from context_engine.proxy.engine.session import session_id, session_key
+from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
+from context_engine.proxy.recording.ledger import LedgerRow
 
 log = logging.getLogger("context_engine.chat")
 

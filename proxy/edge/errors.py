@@ -23,7 +23,7 @@ headers and body pass through unchanged.
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from starlette.responses import Response
 

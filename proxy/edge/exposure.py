@@ -19,7 +19,7 @@ import binascii
 import hmac
 import ipaddress
 import json
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import httpx
 from starlette.requests import Request

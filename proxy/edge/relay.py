@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import anyio
 import httpx
@@ -26,8 +26,13 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from context_engine.proxy.edge.errors import (ProxyError, StreamAborted, UpstreamBroken, UpstreamTimeout,
-                          error_response)
+from context_engine.proxy.edge.errors import (
+    ProxyError,
+    StreamAborted,
+    UpstreamBroken,
+    UpstreamTimeout,
+    error_response,
+)
 from context_engine.proxy.edge.upstream import response_headers
 from context_engine.proxy.edge.usage_tap import Usage, UsageTap
 

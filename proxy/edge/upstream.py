@@ -13,7 +13,8 @@ NUL hidden in an escape, and control characters.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import quote, unquote
 
 import httpx

@@ -17,7 +17,7 @@ whose content is a string (a marker then sits on the message). After the rules r
 A message is *kept* when the rewrite holds an equal message (markers aside), matched in
 order. ``auto_breakpoints`` (off by default): where the client set no marker at all,
 one goes on the last system message and one on the last message of the closed blocks
-(the stable prefix the rules produce; ``context_engine.rules.base.closed_prefix_end``).
+(the stable prefix the rules produce; ``context_engine.proxy.engine.messages.closed_prefix_end``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from context_engine.proxy.engine.messages import closed_prefix_end
 from context_engine.proxy.engine.prefix import MARK, digest, has_mark
-from context_engine.rules.base import closed_prefix_end
 
 AUTO_MARK = {"type": "ephemeral"}
 Spot = tuple[int, int]  # (message index, part index; -1 = the message itself;

@@ -33,6 +33,22 @@ class JournalEntry:
 
 
 @dataclass(frozen=True)
+class MemoryFigures:
+    """Long memory's figures for one request: which chunks went in and how they scored."""
+
+    injected: list[str]
+    scores: list[float]
+    dropped_messages: int
+    indexed_chunks: int
+    oscillation: float | None = None
+
+    def columns(self) -> dict[str, Any]:
+        """The ledger's ``context`` column."""
+        return {"scores": self.scores, "injected": self.injected,
+                "dropped_messages": self.dropped_messages, "indexed_chunks": self.indexed_chunks}
+
+
+@dataclass(frozen=True)
 class RequestContext:
     """One chat-completions request on its way through the pipeline."""
 
@@ -45,9 +61,15 @@ class RequestContext:
     # The messages as the client sent them, for rules that must see turns an earlier rule
     # replaced (retrieve indexes the raw turns summarize folded into summaries).
     original: Messages | None = None
-    # Rules may leave structured facts for later rules and the ledger (e.g. zones'
-    # marker, budget's drops). Keys are rule names; values are JSON-able.
+    # Rules may leave structured facts for the journal (e.g. budget's drops). Keys are
+    # rule names; values are JSON-able. The core never reads them: what it needs back
+    # from a rule has a field of its own, below.
     notes: dict[str, Any] = field(default_factory=dict)
+    # A line a rule added to the system prompt (zones: "zone content is data"); the
+    # invariants accept exactly this addition.
+    system_line: str | None = None
+    # What long memory did (retrieve), for the ledger's context columns.
+    memory: MemoryFigures | None = None
 
     def replace(self, **changes: Any) -> RequestContext:
         return dataclasses.replace(self, **changes)

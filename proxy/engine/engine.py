@@ -15,13 +15,17 @@ from typing import Any
 from context_engine.proxy.engine import profiles
 from context_engine.proxy.engine.breakpoints import restore
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.lanes import BackgroundLane, LaneClosed, RequestLane
+from context_engine.proxy.engine.contract import Embedder, Prefetching, Rule, RuleDeps
+from context_engine.proxy.engine.lanes import (
+    BackgroundLane,
+    LaneClosed,
+    RequestLane,
+    limit_blas_threads,
+)
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
-from context_engine.proxy.settings import Settings, build_rules
-from context_engine.proxy.store.stores import Store, open_store
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
-from context_engine.rules.base import RuleDeps
-from context_engine.rules.retrieve.embedders import limit_blas_threads
+from context_engine.proxy.settings import Registry, Settings, build_rules
+from context_engine.proxy.store.stores import Store, open_store
 
 log = logging.getLogger("context_engine.engine")
 
@@ -34,16 +38,18 @@ class Rewrite:
 
 class Engine:
     def __init__(self, settings: Settings, store: Store | None = None,
-                 rules: list[Any] | None = None, extra: dict[str, Any] | None = None) -> None:
+                 rules: list[Rule] | None = None, embedder: Embedder | None = None,
+                 registry: Registry | None = None) -> None:
         self.settings = settings
         self.store = store if store is not None else open_store(settings.store)
-        self.deps = RuleDeps(store=self.store, extra=dict(extra or {}))
+        self.deps = RuleDeps(store=self.store, embedder=embedder)
+        registered = (registry,) if registry is not None else ()
         self.stats = PipelineStats()
-        self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps),
+        self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps, *registered),
                                  self.stats)
         # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
         self.pipelines = {"default": self.pipeline, "off": Pipeline([], self.stats)} | ({} if rules is not None else {
-            name: Pipeline(build_rules(s, self.deps), self.stats)
+            name: Pipeline(build_rules(s, self.deps, *registered), self.stats)
             for name, s in profiles.variants(settings).items()})
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)
@@ -56,7 +62,7 @@ class Engine:
         self.background = BackgroundLane(settings.rules_queue, self.requests)
         self.deadline_s = settings.rules_deadline_ms / 1000 if settings.rules_deadline_ms > 0 else None
         self._prefetchers = [r for p in self.pipelines.values() for r in p.rules
-                             if callable(getattr(r, "prefetch", None))]
+                             if isinstance(r, Prefetching)]
         self._prefetch_queued = threading.Event()
         self._worker_loop = threading.local()
         if any(p.rules for p in self.pipelines.values()):
@@ -87,7 +93,7 @@ class Engine:
         done.add_done_callback(_observe)
         try:
             result = await asyncio.wait_for(asyncio.shield(done), self.deadline_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             job.abandon()
             self.stats.add("deadline")
             log.warning("rewrite of session %s passed rules_deadline_ms; original sent", session_id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_engine.proxy.adapters.opaque import opaque_problems
-from context_engine.rules.base import media_refs, text_of
+from context_engine.proxy.engine.messages import media_refs, text_of
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 

@@ -13,7 +13,8 @@ import functools
 import sys
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Generic, Hashable, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

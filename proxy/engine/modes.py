@@ -13,7 +13,7 @@ The ``X-Context-Engine-Mode`` header overrides the configured mode per request.
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping
+from collections.abc import Mapping
 
 from context_engine.proxy.edge.errors import BadRequest
 

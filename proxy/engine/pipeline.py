@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context_engine.proxy.engine.context import JournalEntry, RequestContext
+from context_engine.proxy.engine.contract import Rule
 from context_engine.proxy.engine.invariants import rewrite_problems
 
 log = logging.getLogger("context_engine.pipeline")
@@ -58,7 +59,7 @@ class PipelineStats:
 
 
 class Pipeline:
-    def __init__(self, rules: list[Any], stats: PipelineStats | None = None) -> None:
+    def __init__(self, rules: list[Rule], stats: PipelineStats | None = None) -> None:
         self.rules = rules
         self.stats = stats or PipelineStats()
 
@@ -90,9 +91,7 @@ class Pipeline:
             current, tokens = nxt, after
         result = PipelineResult(current, journal, tokens_before, tokens, original_messages=original)
         if current.messages is not original:
-            zone_line = (current.notes.get("zones") or {}).get("system_line") if isinstance(
-                current.notes.get("zones"), dict) else None
-            found = rewrite_problems(original, current.messages, zone_line)
+            found = rewrite_problems(original, current.messages, current.system_line)
             if found:
                 self.stats.add("invariant")
                 log.warning("rewrite broke invariants, sending the original: %s", found[:3])

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from context_engine.proxy.engine.tokens import TokenCounter
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 HEADER = "x-context-engine-rules"
 CHOICES = ("off", "lossless", "default")

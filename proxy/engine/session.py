@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from context_engine.rules.base import text_of
+from context_engine.proxy.engine.messages import text_of
 
 HEADER = "x-session-id"
 

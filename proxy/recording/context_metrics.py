@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from context_engine.rules.base import MEMORY_HEADER, SUMMARY_HEADER, text_of
+from context_engine.proxy.engine.messages import MEMORY_HEADER, SUMMARY_HEADER, text_of
 
 _WORD = re.compile(r"[\w@.\-]+", re.UNICODE)
 _IDCHAR = re.compile(r"[\d_@]")

@@ -12,11 +12,16 @@ import logging
 from typing import Any
 
 from context_engine.proxy.billing.estimate import BillEstimator
-from context_engine.proxy.recording.context_metrics import Oscillation, data_segments, tool_retries, utilization
-from context_engine.proxy.engine.engine import Engine, Rewrite
-from context_engine.proxy.recording.ledger import Ledger, LedgerRow
 from context_engine.proxy.edge.usage_tap import Usage
-from context_engine.rules.base import MEMORY_HEADER, text_of
+from context_engine.proxy.engine.engine import Engine, Rewrite
+from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
+from context_engine.proxy.recording.context_metrics import (
+    Oscillation,
+    data_segments,
+    tool_retries,
+    utilization,
+)
+from context_engine.proxy.recording.ledger import Ledger, LedgerRow
 
 log = logging.getLogger("context_engine.finish")
 MAX_SHADOW_BACKLOG = 256  # shadow rewrites waiting for the rules thread; beyond it, skipped
@@ -35,12 +40,11 @@ def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
         row.rule_savings = {j.rule: j.saved for j in res.journal}
     row.journal = [{"rule": j.rule, "before": j.tokens_before, "after": j.tokens_after,
                     "ms": round(j.ms, 3), "note": j.note, "error": j.error} for j in res.journal]
-    retrieve = res.ctx.notes.get("retrieve")
-    if isinstance(retrieve, dict):
-        row.context = {k: retrieve[k] for k in ("scores", "injected", "dropped_messages",
-                                                "indexed_chunks") if k in retrieve}
-        if isinstance(retrieve.get("oscillation"), (int, float)):
-            row.oscillation = float(retrieve["oscillation"])
+    memory = res.ctx.memory
+    if memory is not None:
+        row.context = memory.columns()
+        if memory.oscillation is not None:
+            row.oscillation = float(memory.oscillation)
 
 
 class Finisher:
@@ -104,7 +108,7 @@ class Finisher:
         finally:
             self.unfinished -= 1
 
-    async def drain(self, timeout: float | None = None) -> bool:
+    async def drain(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (called from sync shutdown code too)
         """Wait for the finishing tasks (at most ``timeout`` s); False if some are left."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout

@@ -8,13 +8,14 @@ nor a flood of distinct ones can break or bloat the export.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from context_engine.proxy.billing.metrics import BillMetrics
-from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.edge.sanitize import clean_text
+from context_engine.proxy.recording.ledger import LedgerRow
 
 MS_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000)
 UPSTREAM_BUCKETS = (10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)

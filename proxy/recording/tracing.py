@@ -86,7 +86,6 @@ class RequestTracer:
         """The request's span and its ``upstream`` child, timed as the row says."""
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
-
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         start = int(row.ts * NS)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from context_engine.proxy.reporting.aggregate import row_costs
 

@@ -13,11 +13,17 @@ import io
 import json
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from context_engine.proxy.reporting import ab_compare
-from context_engine.proxy.reporting.aggregate import Totals, by_rule, cache_breaks, overall, totals_by
+from context_engine.proxy.reporting.aggregate import (
+    Totals,
+    by_rule,
+    cache_breaks,
+    overall,
+    totals_by,
+)
 
 BY = ("model", "rule", "session", "day")
 FORMATS = ("table", "json", "csv")
@@ -37,7 +43,7 @@ def parse_since(value: str | None, now: float | None = None) -> float | None:
     except ValueError:
         raise ValueError(f"--since: {value!r} is neither a duration (30m, 24h, 7d) nor an ISO date") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 

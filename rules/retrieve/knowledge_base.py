@@ -36,8 +36,8 @@ import yaml
 
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex
-from context_engine.rules.retrieve.search import Hit, SearchParams, fused_scores
 from context_engine.rules.retrieve.query import terms
+from context_engine.rules.retrieve.search import Hit, SearchParams, fused_scores
 
 log = logging.getLogger("context_engine.knowledge")
 SUFFIXES = (".md", ".markdown", ".json", ".yaml", ".yml")

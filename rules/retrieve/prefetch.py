@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from context_engine.rules.base import last_user_index
+from context_engine.proxy.engine.messages import last_user_index
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache
 
 Chunker = Callable[[list[Any], int, int], list[Chunk]]  # (messages, start, end) → chunks

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import re
 
-from context_engine.rules.base import made_of
+from context_engine.proxy.engine.messages import made_of
 
 _WORD = re.compile(r"[A-Za-z0-9_@.\-/:]+|[\u3400-\u9fff\uf900-\ufaff]+")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")

@@ -52,26 +52,32 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import (
+from context_engine.proxy.engine.context import MemoryFigures, RequestContext
+from context_engine.proxy.engine.contract import RuleDeps, option
+from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
-    RuleDeps,
     fingerprint,
     last_user_index,
-    option,
     separate_users,
     system_prefix_len,
     text_of,
 )
+from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.retrieve.embedders import make_embedder
-from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
+from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.search import SNIPPET_OVERHEAD, Hit, SearchParams, fused_scores, render, select
-from context_engine.rules.retrieve.window import Tail, source
 from context_engine.rules.retrieve.query import asks_for_memory, is_acknowledgement, terms
+from context_engine.rules.retrieve.search import (
+    SNIPPET_OVERHEAD,
+    Hit,
+    SearchParams,
+    fused_scores,
+    render,
+    select,
+)
+from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
 POSITIONS = ("before_last_user", "after_system")
@@ -137,7 +143,7 @@ class Retrieve:
     def __init__(self, config: RetrieveConfig, deps: RuleDeps) -> None:
         self.config = config
         self.deps = deps
-        self.embedder = deps.extra.get("embedder") or make_embedder(config.embedder)
+        self.embedder = deps.embedder or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
         self._lock = threading.Lock()  # guards ``sessions``; each index has its own lock
@@ -250,7 +256,10 @@ class Retrieve:
                 "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
                 "scores": [h.score for h in last[1]] if last else [],
                 "unembedded": len(idx.missing()), "oscillation": idx.oscillation(injected)}
-        return ctx.replace(messages=out).with_note(self.name, note)
+        figures = MemoryFigures(injected=injected, scores=note["scores"],
+                                dropped_messages=cut - head, indexed_chunks=len(idx.chunks),
+                                oscillation=note["oscillation"])
+        return ctx.replace(messages=out, memory=figures).with_note(self.name, note)
 
     def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
                counter: TokenCounter, keep: frozenset[int]) -> dict[int, tuple[str, list[Hit]]]:

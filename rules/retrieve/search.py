@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from context_engine.proxy.engine.messages import MEMORY_HEADER
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import MEMORY_HEADER
 from context_engine.rules.retrieve.index import Chunk, SessionIndex
-from context_engine.rules.zones.fence import quote_role_labels
 from context_engine.rules.retrieve.query import (
     bm25_weight,
     first_person,
@@ -44,6 +43,7 @@ from context_engine.rules.retrieve.query import (
     sub_queries,
     terms,
 )
+from context_engine.rules.zones.fence import quote_role_labels
 
 SNIPPET_OVERHEAD = 8  # citation and line framing of one snippet, in tokens
 ZONE_INTRO = "Recalled from earlier in this conversation (#n = original turn number):"

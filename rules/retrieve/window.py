@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import (
+from context_engine.proxy.engine.messages import (
     SUMMARY_HEADER,
     closed_block_count,
     is_injected_ack,
@@ -24,6 +23,7 @@ from context_engine.rules.base import (
     text_of,
     units,
 )
+from context_engine.proxy.engine.tokens import TokenCounter
 
 
 @dataclass(frozen=True)

@@ -52,23 +52,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.tokens import REPLY_PRIMING, TokenCounter
-from context_engine.rules.base import (
+from context_engine.proxy.engine.contract import RuleDeps, Summarizer, option
+from context_engine.proxy.engine.messages import (
     INJECTED_ACK,
     SUMMARY_HEADER,
-    RuleDeps,
     closed_block_count,
     fingerprint,
     is_injected_ack,
     last_user_index,
     media_refs,
-    option,
     separate_users,
     system_prefix_len,
     text_of,
     units,
 )
-from context_engine.rules.summarize.llm import LiteLLMSummarizer, Summarizer, transcript
+from context_engine.proxy.engine.tokens import REPLY_PRIMING, TokenCounter
+from context_engine.rules.summarize.llm import LiteLLMSummarizer, transcript
 from context_engine.rules.summarize.slots import Slots, extract_slots, original_id
 
 VERSION = "summarize/1"
@@ -112,7 +111,7 @@ class Summarize:
     def __init__(self, config: SummarizeConfig, deps: RuleDeps) -> None:
         self.config = config
         self.store = deps.store
-        summarizer = deps.extra.get("summarizer")
+        summarizer = deps.summarizer
         if summarizer is None and config.summary_model:
             summarizer = LiteLLMSummarizer(config.summary_model, config.summary_api_base,
                                            config.summary_timeout, config.item_chars)

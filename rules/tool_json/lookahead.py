@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.rules.base import system_prefix_len, text_of, units
+from context_engine.proxy.engine.messages import system_prefix_len, text_of, units
 
 
 def lookahead_ends(messages: list[Any], block_turns: int, recent_turns: int) -> dict[int, int]:

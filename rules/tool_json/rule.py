@@ -74,10 +74,11 @@ from pathlib import Path
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.memo import BoundedCache
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import RuleDeps, option
 from context_engine.rules.tool_json.compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
+from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends
 from context_engine.rules.tool_json.schema_templates import (
     Template,
     apply_template,
@@ -86,7 +87,6 @@ from context_engine.rules.tool_json.schema_templates import (
     load_templates,
     used_words,
 )
-from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends
 
 BUILTIN_TEMPLATES = Path(__file__).parent / "templates"
 ORIGINAL_PREFIX = "orig:"

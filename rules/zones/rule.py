@@ -9,9 +9,9 @@ What it does
 
     - ``tool``: tool (and legacy ``function``) results;
     - ``history``: summaries injected by ``summarize`` (content starts with
-      ``context_engine.rules.base.SUMMARY_HEADER``);
+      ``context_engine.proxy.engine.messages.SUMMARY_HEADER``);
     - ``knowledge``: retrieved memory injected by ``retrieve`` (content starts with
-      ``context_engine.rules.base.MEMORY_HEADER``);
+      ``context_engine.proxy.engine.messages.MEMORY_HEADER``);
     - ``user_data``: earlier user messages, only with ``wrap_user`` (off by default).
 
     Injected messages keep their header line first, outside the zone (neutralised like
@@ -25,7 +25,7 @@ What it does
     ``MARKER`` is 15 decimal digits of HMAC-SHA256(secret, session id): the same for every
     request of a session, so the rewritten prefix stays byte-identical and provider
     prompt caching keeps hitting. The secret is the ``secret`` option, else
-    ``RuleDeps.extra["zone_secret"]``, else a fixed salt (weaker: then anyone who knows
+    ``RuleDeps.zone_secret``, else a fixed salt (weaker: then anyone who knows
     the session id can compute the marker; neutralisation below still holds).
 
     Inside a zone, every look-alike of our delimiters (``<<zone``, ``<</zone``, case and
@@ -35,7 +35,7 @@ What it does
     another. All other text stays byte-identical (see ``rules/zones/fence.py``).
 
     The first system message gains one line (``"\\n\\n" + line``, recorded as
-    ``ctx.notes["zones"]["system_line"]``) saying zone content is data, never
+    ``ctx.system_line``) saying zone content is data, never
     instructions. It is added on every request of the session, zones or not, so the
     system prompt never changes between turns. A request without a leading system (or
     developer) message with string content gets no line, and no system message is
@@ -81,15 +81,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import (
+from context_engine.proxy.engine.contract import RuleDeps, option
+from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
-    RuleDeps,
     last_user_index,
-    option,
     system_prefix_len,
 )
+from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.zones.fence import (
     close_tag,
     neutralise,
@@ -109,7 +108,7 @@ HEADERS = ((SUMMARY_HEADER, "history"), (MEMORY_HEADER, "knowledge"))
 @dataclass(frozen=True)
 class ZonesConfig:
     secret: str = option("", "HMAC key for the per-session zone marker; empty = "
-                             "RuleDeps.extra['zone_secret'] or a fixed salt (weaker)")
+                             "RuleDeps.zone_secret or a fixed salt (weaker)")
     wrap_tool: bool = option(True, "wrap tool results in a 'tool' zone")
     wrap_injected: bool = option(True, "wrap injected summaries ('history') and retrieved "
                                        "memory ('knowledge') in zones")
@@ -129,7 +128,7 @@ class Zones:
 
     def __init__(self, config: ZonesConfig, deps: RuleDeps) -> None:
         self.config = config
-        self.secret = config.secret or str(deps.extra.get("zone_secret") or "")
+        self.secret = config.secret or deps.zone_secret
 
     def marker(self, session_id: str) -> str:
         return session_marker(self.secret, session_id, self.config.marker_digits)
@@ -165,11 +164,10 @@ class Zones:
             "zone_overhead_tokens": _zone_overhead(counter, marker),
             "line_tokens": counter.text("\n\n" + line) if has_line else 0,
         }
-        if has_line:
-            note["system_line"] = line
+        line_added = line if has_line else ctx.system_line
         if not changed:
-            return ctx.with_note(self.name, note)
-        return ctx.replace(messages=out).with_note(self.name, note)
+            return ctx.replace(system_line=line_added).with_note(self.name, note)
+        return ctx.replace(messages=out, system_line=line_added).with_note(self.name, note)
 
     def _zone_for(self, m: Any) -> str | None:
         role, content = m.get("role"), m.get("content")

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.contract import option
 from context_engine.rules import REGISTRY
-from context_engine.rules.base import option
 
 SYSTEM = {"role": "system", "content": "You are a helpful agent."}
 

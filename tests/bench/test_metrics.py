@@ -1,6 +1,13 @@
+from context_engine.bench.metrics import (
+    cache_cost,
+    length_bucket,
+    median,
+    percentile,
+    probe_retained,
+    stable_prefix_tokens,
+    visible_text,
+)
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.bench.metrics import (cache_cost, length_bucket, median, percentile, probe_retained,
-                           stable_prefix_tokens, visible_text)
 from tests.bench.conftest import SYSTEM, agent_messages, tool_call
 
 COUNTER = TokenCounter("o200k_base")

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context_engine.proxy.engine.messages import SUMMARY_HEADER, last_user_index, units
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import SUMMARY_HEADER, last_user_index, units
 from context_engine.rules.budget import Budget, BudgetConfig, context_window
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 from tests.rules.chat_strategies import conversation

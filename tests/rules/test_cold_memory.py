@@ -30,7 +30,7 @@ def out_json(r, msgs, session="s1") -> str:
 
 def test_a_cold_request_embeds_at_most_max_embed_chunks():
     emb = Counting()
-    r = rule(make_deps(extra={"embedder": emb}), max_embed=8)
+    r = rule(make_deps(embedder=emb), max_embed=8)
     msgs = cold_history()
     out = apply(r, msgs)
     question_forms = {t for t in emb.texts if t.strip(" ?.") in msgs[-1]["content"]}
@@ -41,37 +41,37 @@ def test_a_cold_request_embeds_at_most_max_embed_chunks():
 
 def test_cold_rewrite_is_a_function_of_request_and_store():
     store = MemoryStore()
-    a = rule(make_deps(store=store, extra={"embedder": HashingEmbedder()}), max_embed=8)
+    a = rule(make_deps(store=store, embedder=HashingEmbedder()), max_embed=8)
     msgs = cold_history()
     snapshot = copy.deepcopy(store._data)
     first = out_json(a, msgs)
     # a fresh process with a store holding the same contents gives the same bytes
     twin_store = MemoryStore()
     twin_store._data = snapshot
-    twin = rule(make_deps(store=twin_store, extra={"embedder": HashingEmbedder()}), max_embed=8)
+    twin = rule(make_deps(store=twin_store, embedder=HashingEmbedder()), max_embed=8)
     assert out_json(twin, msgs) == first
     # so does the same rule and session when the store has not changed in between
     again_store = MemoryStore()
     again_store._data = copy.deepcopy(store._data)
-    b = rule(make_deps(store=again_store, extra={"embedder": HashingEmbedder()}), max_embed=8)
+    b = rule(make_deps(store=again_store, embedder=HashingEmbedder()), max_embed=8)
     assert out_json(b, msgs) == out_json(b, msgs)
 
 
 def test_once_the_background_embedded_the_session_it_is_searched_in_full():
     store = MemoryStore()
-    capped = rule(make_deps(store=store, extra={"embedder": HashingEmbedder()}), max_embed=4)
+    capped = rule(make_deps(store=store, embedder=HashingEmbedder()), max_embed=4)
     msgs = cold_history()
     apply(capped, msgs)
     assert capped.prefetch() > 100  # the background lane embeds what the request left
     warm = out_json(capped, msgs)
-    full = rule(make_deps(store=MemoryStore(), extra={"embedder": HashingEmbedder()}), max_embed=0)
+    full = rule(make_deps(store=MemoryStore(), embedder=HashingEmbedder()), max_embed=0)
     assert warm == out_json(full, msgs)  # the same bytes as an uncapped search
     assert capped.sessions["s1"].missing() == []
 
 
 def test_no_embedding_before_anything_is_dropped():
     emb = Counting()
-    r = rule(make_deps(extra={"embedder": emb}), min_closed_tokens=10**6)
+    r = rule(make_deps(embedder=emb), min_closed_tokens=10**6)
     msgs = cold_history()
     out = apply(r, msgs)
     assert out.messages == msgs and r.prefetch() == 0
@@ -79,7 +79,7 @@ def test_no_embedding_before_anything_is_dropped():
 
 
 def test_background_tables_are_bounded():
-    r = rule(make_deps(extra={"embedder": HashingEmbedder()}), max_embed=1, max_sessions=3)
+    r = rule(make_deps(embedder=HashingEmbedder()), max_embed=1, max_sessions=3)
     msgs = chat(FACTS, 30, "What is my passport number?")
     for n in range(20):
         apply(r, msgs, f"s{n}")

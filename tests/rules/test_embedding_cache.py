@@ -51,7 +51,7 @@ def test_callers_racing_for_the_same_texts_embed_each_once(tmp_path):
         embedder = SlowEmbedder()
         caches = [EmbeddingCache(embedder, shared or store_for()) for _ in range(4)]
         results: dict[int, np.ndarray] = {}
-        threads = [threading.Thread(target=lambda c=c, k=k: results.__setitem__(k, c.get(texts[k:] + texts[:k])))
+        threads = [threading.Thread(target=lambda c=c, k=k: results.__setitem__(k, c.get(texts[k:] + texts[:k])))  # noqa: B023 (joined in this iteration)
                    for k, c in enumerate(caches)]
         for t in threads:
             t.start()

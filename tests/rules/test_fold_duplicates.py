@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.engine.messages import last_user_index, system_prefix_len
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules import REGISTRY
-from context_engine.rules.base import last_user_index, system_prefix_len
-from context_engine.rules.fold_duplicates.rule import FoldDuplicates, FoldDuplicatesConfig
 from context_engine.rules.fold_duplicates.patterns import is_ack, normalize, parse_config_change
+from context_engine.rules.fold_duplicates.rule import FoldDuplicates, FoldDuplicatesConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 GOLDEN = yaml.safe_load(

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from context_engine.rules.summarize.llm import LiteLLMSummarizer, parse_slots, transcript
-from context_engine.rules.summarize.slots import Slots
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
+from context_engine.rules.summarize.slots import Slots
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps
 
 SLOT_JSON = {"confirmed_facts": ["user id mia_li_3668", "flight HAT069 on 2024-05-20"],

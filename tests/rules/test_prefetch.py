@@ -40,7 +40,7 @@ class RecordingEmbedder(HashingEmbedder):
 
 def test_prefetch_embeds_what_the_next_boundary_drops():
     emb = RecordingEmbedder()
-    r = rule(make_deps(extra={"embedder": emb}))
+    r = rule(make_deps(embedder=emb))
     points = conversation_points()
     during: list[list[str]] = []
     first_drop = None
@@ -62,7 +62,7 @@ def test_prefetch_embeds_what_the_next_boundary_drops():
 
 def test_without_prefetch_the_boundary_request_embeds_the_block():
     emb = CountingEmbedder()
-    r = rule(make_deps(extra={"embedder": emb}))
+    r = rule(make_deps(embedder=emb))
     embeds = []
     for msgs in conversation_points():
         before = emb.texts
@@ -73,7 +73,7 @@ def test_without_prefetch_the_boundary_request_embeds_the_block():
 
 def test_prefetch_changes_no_output():
     def run(prefetch: bool) -> list[str]:
-        r = rule(make_deps(extra={"embedder": HashingEmbedder()}))
+        r = rule(make_deps(embedder=HashingEmbedder()))
         outs = []
         for msgs in conversation_points():
             outs.append(json.dumps(apply(r, msgs).messages))
@@ -89,7 +89,7 @@ def test_engine_prefetches_after_a_rewrite_off_the_request_path():
     settings = load_settings(flags={"rules": "retrieve", "store": "memory://"})
     settings = dataclasses.replace(settings, rule_options={"retrieve": dict(SMALL)},
                                    rules_deadline_ms=0.0)  # whatever the machine's load
-    engine = Engine(settings, store=MemoryStore(), extra={"embedder": emb})
+    engine = Engine(settings, store=MemoryStore(), embedder=emb)
     points = conversation_points()
     retrieve = engine.pipeline.rules[0]
 

@@ -11,8 +11,8 @@ import numpy as np
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import HashingEmbedder
 from context_engine.rules.retrieve.index import EmbeddingCache, SessionIndex, chunk_messages
-from context_engine.rules.retrieve.search import SearchParams, _candidates, cite, fused_scores
 from context_engine.rules.retrieve.query import first_person, linked_entities, months, terms
+from context_engine.rules.retrieve.search import SearchParams, _candidates, cite, fused_scores
 
 PARAMS = SearchParams(top_k=8, threshold=0.0, neighbours=2, max_overlap=0.55, max_tokens=2000,
                       bm25_weight=0.5, bm25_weight_exact=0.75, expansion=0.0, first_person=False,

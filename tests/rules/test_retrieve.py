@@ -15,11 +15,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context_engine.proxy.engine.messages import INJECTED_ACK, MEMORY_HEADER, text_of
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import INJECTED_ACK, MEMORY_HEADER, text_of
 from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
-from context_engine.rules.retrieve.knowledge_base import Document, clauses, valid_documents
 from context_engine.rules.retrieve.index import chunk_messages
+from context_engine.rules.retrieve.knowledge_base import Document, clauses, valid_documents
 from context_engine.rules.retrieve.query import bm25_weight, is_acknowledgement, sub_queries, terms
 from context_engine.rules.retrieve.rule import Retrieve, RetrieveConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
@@ -218,7 +218,7 @@ class CountingEmbedder(HashingEmbedder):
 
 def test_second_request_embeds_only_new_chunks():
     emb = CountingEmbedder()
-    deps = make_deps(extra={"embedder": emb})
+    deps = make_deps(embedder=emb)
     r = rule(deps)
     full = chat({1: "My passport number is X99812."}, 20, "What is my passport number?")
     first = full[:-5] + [full[-1]]
@@ -293,7 +293,7 @@ def conversations(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conversations(), st.booleans(), st.sampled_from(["before_last_user", "after_system"]))
 def test_properties(msgs, keep_tools, position):
-    deps = make_deps(extra={"embedder": HashingEmbedder()})
+    deps = make_deps(embedder=HashingEmbedder())
     opts = {**SMALL, "threshold": 0.0, "keep_tool_units": keep_tools, "position": position}
     out = run_rule(Retrieve, msgs, deps=deps, **opts)
     assert_valid_rewrite(msgs, out)

@@ -12,10 +12,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context_engine.proxy.engine.messages import SUMMARY_HEADER, units
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import SUMMARY_HEADER, units
-from context_engine.rules.summarize.slots import Slots
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
+from context_engine.rules.summarize.slots import Slots
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 from tests.rules.chat_strategies import conversation
 
@@ -75,7 +75,7 @@ def test_a_closed_block_keeps_its_first_summary_forever():
             return Slots(confirmed_facts=(f"version {self.calls}",))
 
     fake = Fake()
-    deps = make_deps(extra={"summarizer": fake})
+    deps = make_deps(summarizer=fake)
     rule = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2), deps)
     first = apply(rule, chat(3)).messages
     assert "version 1" in first[1]["content"] and fake.calls == 2
@@ -93,7 +93,7 @@ def test_llm_calls_per_request_are_capped_and_newest_blocks_go_first():
             return Slots(decisions=("from the model",))
 
     rule = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2, summary_max_calls=1),
-                     make_deps(extra={"summarizer": Fake()}))
+                     make_deps(summarizer=Fake()))
     out = apply(rule, chat(5))
     summaries = [m["content"] for m in out.messages if m["content"].startswith(SUMMARY_HEADER)]
     assert out.notes["summarize"]["llm_blocks"] == 1
@@ -109,7 +109,7 @@ def test_a_failed_llm_summary_falls_back_to_the_rules():
             return None
 
     with_llm = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2),
-                         make_deps(extra={"summarizer": Failing()}))
+                         make_deps(summarizer=Failing()))
     rules_only = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2), make_deps())
     assert apply(with_llm, chat(4)).messages == apply(rules_only, chat(4)).messages
 

@@ -11,12 +11,18 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_engine.proxy.store.stores import MemoryStore
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules import REGISTRY
 from context_engine.rules.tool_json.compact import CompactOptions, compact
-from context_engine.rules.tool_json.schema_templates import keep_paths, learned_paths, load_templates, parse_path, used_words
 from context_engine.rules.tool_json.rule import ToolJson, ToolJsonConfig, original_id, tool_names
+from context_engine.rules.tool_json.schema_templates import (
+    keep_paths,
+    learned_paths,
+    load_templates,
+    parse_path,
+    used_words,
+)
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "tool_json.yaml").read_text())

@@ -14,12 +14,18 @@ from hypothesis import strategies as st
 
 import context_engine.rules.zones.rule as zones_module
 from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.messages import SUMMARY_HEADER, last_user_index, text_of
 from context_engine.proxy.engine.pipeline import Pipeline
-from context_engine.proxy.settings import ConfigError, build_rule_config
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.settings import ConfigError, build_rule_config
 from context_engine.rules import REGISTRY
-from context_engine.rules.base import SUMMARY_HEADER, last_user_index, text_of
-from context_engine.rules.zones.fence import close_tag, has_lookalike, open_tag, parse, session_marker
+from context_engine.rules.zones.fence import (
+    close_tag,
+    has_lookalike,
+    open_tag,
+    parse,
+    session_marker,
+)
 from context_engine.rules.zones.rule import SYSTEM_LINE, Zones, ZonesConfig
 from tests.harness import assert_valid_rewrite, make_deps, run_rule
 from tests.rules.zone_content import MARKER, SECRET, SESSION, conversations, hostile_text
@@ -58,12 +64,12 @@ def test_bad_marker_length_fails_at_startup():
 
 def test_secret_comes_from_option_then_deps_then_salt():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
-    deps = make_deps(extra={"zone_secret": "install-secret"})
-    from_deps = run_rule(Zones, msgs, deps=deps).notes["zones"]["system_line"]
+    deps = make_deps(zone_secret="install-secret")
+    from_deps = run_rule(Zones, msgs, deps=deps).system_line
     assert session_marker("install-secret", "test-session", 15) in from_deps
-    from_option = run_rule(Zones, msgs, deps=deps, secret="opt").notes["zones"]["system_line"]
+    from_option = run_rule(Zones, msgs, deps=deps, secret="opt").system_line
     assert session_marker("opt", "test-session", 15) in from_option
-    salted = run_rule(Zones, msgs).notes["zones"]["system_line"]
+    salted = run_rule(Zones, msgs).system_line
     assert session_marker("", "test-session", 15) in salted
 
 
@@ -81,7 +87,7 @@ def test_second_pass_keeps_the_messages_object_and_the_line_note():
     ctx = RequestContext(messages=once.messages, session_id=SESSION)
     twice = asyncio.run(Zones(ZonesConfig(secret=SECRET), make_deps()).apply(ctx))
     assert twice.messages is once.messages
-    assert twice.notes["zones"]["system_line"] == SYSTEM_LINE.format(marker=MARKER)
+    assert twice.system_line == SYSTEM_LINE.format(marker=MARKER)
 
 
 def test_note_reports_overhead_per_zone_and_for_the_line():
@@ -174,7 +180,7 @@ def test_growing_prefixes_are_rewritten_as_prefixes(msgs):
 
 def test_tags_in_note_line_match_the_fence():
     line = run([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
-               ).notes["zones"]["system_line"]
+               ).system_line
     assert open_tag("NAME", MARKER) in line and close_tag("NAME", MARKER) in line
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.rules.base import last_user_index, text_of
+from context_engine.proxy.engine.messages import last_user_index, text_of
 from context_engine.rules.zones.fence import has_lookalike, neutralise, parse, session_marker
 from context_engine.rules.zones.rule import Zones, ZonesConfig
 from tests.harness import assert_valid_rewrite, make_deps

@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from context_engine.rules.base import MEMORY_HEADER, SUMMARY_HEADER
+from context_engine.proxy.engine.messages import MEMORY_HEADER, SUMMARY_HEADER
 from context_engine.rules.zones.fence import close_tag, open_tag, session_marker, wrap
 
 SECRET = "property-secret"

@@ -1,59 +1,13 @@
-"""The rule contract and helpers shared by rules.
-
-A rule is a class with a ``name``, a frozen dataclass ``Config`` whose fields carry
-``metadata={"help": ...}``, a constructor ``(config, deps)`` and an async
-``apply(ctx) -> ctx``. Rules are pure over the context: effects (the store, a
-summarizer, a retriever) come in through ``RuleDeps``. A rule never mutates the
-messages it is given; it returns new lists and new dicts.
-"""
+"""What a conversation looks like to the engine and the rules: the text of a message,
+units and blocks, the lines rules inject, and media references. One home for each."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
-from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.store.stores import MemoryStore, Store
-from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.engine.types import Message
-
-
-@dataclass(frozen=True)
-class RuleDeps:
-    """Effects a rule may use. Tests pass in-memory fakes."""
-
-    store: Store = field(default_factory=MemoryStore)
-    counter: TokenCounter = field(default_factory=TokenCounter)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class Rule(Protocol):
-    name: ClassVar[str]
-    Config: ClassVar[type[Any]]
-
-    async def apply(self, ctx: RequestContext) -> RequestContext: ...
-
-
-def option(default: Any, help: str) -> Any:
-    """A typed rule option with a help line (shown by ``context-engine rules``)."""
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
-def config_help(config_cls: type[Any]) -> list[tuple[str, str, Any, str]]:
-    """(name, type, default, help) for each option of a rule's config dataclass."""
-    rows = []
-    for f in dataclasses.fields(config_cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        rows.append((f.name, str(f.type), default, f.metadata.get("help", "")))
-    return rows
-
-
-# --- message helpers -------------------------------------------------------------
 
 
 def text_of(m: Message | dict[str, Any]) -> str:

@@ -1,0 +1,90 @@
+"""What the engine and a rule agree on: the ``Rule`` and ``Prefetching`` protocols, the
+effects a rule may use (``RuleDeps``) and the option helpers.
+
+A rule is a class with a ``name``, a frozen dataclass ``Config`` whose fields carry
+``metadata={"help": ...}``, a constructor ``(config, deps)`` and an async
+``apply(ctx) -> ctx``. Rules are pure over the context: effects (the store, a
+summarizer, an embedder) come in through ``RuleDeps``. A rule never mutates the
+messages it is given; it returns new lists and new dicts.
+
+What the core needs back from a rule travels in typed ``RequestContext`` fields
+(``system_line``, ``memory``), never in another rule's private notes. A rule that also
+works between requests implements ``Prefetching``; the engine checks that once, at
+start-up. The core imports no rule module: rules plug in through the registry
+(``context_engine.rules.REGISTRY``), which only the composition root (settings) reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.store.stores import MemoryStore, Store
+
+
+class Embedder(Protocol):
+    """Sentence vectors for long memory (``retrieve``); rows are L2-normalised."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+class Summarizer(Protocol):
+    """Fills the text slots of one block (``summarize``); ``None`` means "use the
+    rule-based slots". The value is the summarize rule's ``Slots``."""
+
+    kind: str
+
+    async def summarize(self, transcript: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class RuleDeps:
+    """Effects a rule may use; tests pass in-memory ones. ``embedder``/``summarizer``
+    left ``None`` mean "build the one the rule's options name"."""
+
+    store: Store = field(default_factory=MemoryStore)
+    embedder: Embedder | None = None
+    summarizer: Summarizer | None = None
+    zone_secret: str = ""  # the salt of zones' per-session marker
+
+
+class Rule(Protocol):
+    name: ClassVar[str]
+    Config: ClassVar[type[Any]]
+
+    def __init__(self, config: Any, deps: RuleDeps) -> None: ...
+
+    async def apply(self, ctx: RequestContext) -> RequestContext: ...
+
+
+@runtime_checkable
+class Prefetching(Protocol):
+    """A rule with work to do between requests (the background lane): ``prefetch`` does
+    one bounded slice, calling ``pause`` between items so requests go first, and says
+    how many items it did (0: nothing left)."""
+
+    def prefetch(self, pause: Callable[[], None] | None = None) -> int: ...
+
+
+def option(default: Any, help: str) -> Any:
+    """A typed rule option with a help line (shown by ``context-engine rules``)."""
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def config_help(config_cls: type[Any]) -> list[tuple[str, str, Any, str]]:
+    """(name, type, default, help) for each option of a rule's config dataclass."""
+    rows = []
+    for f in dataclasses.fields(config_cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        rows.append((f.name, str(f.type), default, f.metadata.get("help", "")))
+    return rows
