@@ -38,9 +38,10 @@ import httpx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from context_engine.bench.cases import load_cases, resolve_file
+from context_engine.bench.fleet import free_port, wait_up
 from context_engine.bench.load_client import Outcome, requests_of, run_cold, run_sessions, send
 from context_engine.bench.load_mock import parse_faults
-from context_engine.bench.overhead import _cpu_seconds, free_port, wait_up
+from context_engine.bench.overhead import _cpu_seconds
 
 
 @dataclass
@@ -60,7 +61,7 @@ def pct(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
 
 
-def stop_process(proc: subprocess.Popen) -> None:
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
         proc.wait(60)
@@ -69,12 +70,12 @@ def stop_process(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+def start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", *cmd], env=env, stdout=subprocess.DEVNULL)
 
 
 def start_proxy(port: int, upstream: str, rules: str | None, ledger: str,
-                env: dict[str, str], extra: list[str]) -> subprocess.Popen:
+                env: dict[str, str], extra: list[str]) -> subprocess.Popen[bytes]:
     cmd = ["context_engine.proxy.cli", "serve", "--port", str(port), "--upstream", upstream, "--store",
            "memory://", "--ledger", ledger, *extra]
     if rules is not None:
@@ -147,7 +148,7 @@ def summary(p: Phase, delay: float) -> dict[str, Any]:
     cold = [o for o in clean if o.session.startswith("cold-")]
     by = [o for o in clean if o.session.startswith("bystander-")]
     rss = [m for _, m in p.rss_mb]
-    out = {"requests": len(p.outcomes), "wall_s": round(p.wall, 1),
+    out: dict[str, Any] = {"requests": len(p.outcomes), "wall_s": round(p.wall, 1),
            "throughput_rps": round(len(p.outcomes) / p.wall, 2) if p.wall else None,
            "added_ms": {"p50": _r(pct(added, 0.5)), "p95": _r(pct(added, 0.95)),
                         "max": _r(max(added, default=None))},

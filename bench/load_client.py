@@ -29,7 +29,7 @@ class Outcome:
 
 
 
-async def send(client: httpx.AsyncClient, url: str, body: dict, session: str,
+async def send(client: httpx.AsyncClient, url: str, body: dict[str, Any], session: str,
                t0: float) -> Outcome:
     sent = time.perf_counter()
     fault, status, error, held = "?", None, "", None
@@ -45,7 +45,7 @@ async def send(client: httpx.AsyncClient, url: str, body: dict, session: str,
     return Outcome(session, sent - t0, time.perf_counter() - sent, fault, held, status, error)
 
 
-def requests_of(case: Any, skip: int, turns: int) -> list[list[dict]]:
+def requests_of(case: Any, skip: int, turns: int) -> list[list[dict[str, Any]]]:
     points = request_points(case.messages)[skip:]
     points = points[:turns] if turns else points
     return [case.messages[: i + 1] for i in points]

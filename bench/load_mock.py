@@ -18,6 +18,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -56,7 +57,7 @@ class Chooser:
         return "none"
 
 
-def _completion(model: str) -> dict:
+def _completion(model: str) -> dict[str, Any]:
     return {"id": "chatcmpl-load", "object": "chat.completion", "created": 0, "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER},
                          "finish_reason": "stop"}],

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with httpx.Client(timeout=600) as client:  # a new session's first request embeds its history
             for size in (4000, 25000):
                 base = history(size)
-                times = {(api, name): [] for api in apis for name in targets}
+                times: dict[tuple[str, str], list[float]] = {(api, name): [] for api in apis for name in targets}
                 tokens = dict.fromkeys(apis, 0)
                 for i in range(args.requests + 20):
                     if i == 20:  # a new session's history is embedded once, in the shadow

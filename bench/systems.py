@@ -88,7 +88,7 @@ class _EngineSession:
         self.engine.prefetch()  # the server runs this while the upstream replies
         background = (time.perf_counter() - start) * 1000
         ctx = rw.result.ctx
-        out = list(ctx.messages)
+        out: list[dict[str, Any]] = list(ctx.messages)  # type: ignore[arg-type]  # Message is a TypedDict
         return Outcome(out, ms, journal=list(rw.result.journal),
                        problems=rewrite_problems(messages, out, ctx.system_line),
                        failed_open=rw.result.failed_open,

@@ -189,7 +189,7 @@ class WireSystem:
 
     @property
     def name(self) -> str:
-        return self.inner.name
+        return str(self.inner.name)
 
     def open(self, session_id: str) -> Any:
         return _WireSession(self.inner.open(session_id), self.api, self.opaque, self.tally)

@@ -103,9 +103,9 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
 
 def _field_type(cls: type, name: str) -> type:
     hints = {f.name: f for f in dataclasses.fields(cls)}
-    default = hints[name].default
-    if default is dataclasses.MISSING and hints[name].default_factory is not dataclasses.MISSING:
-        default = hints[name].default_factory()  # type: ignore[misc]
+    default, factory = hints[name].default, hints[name].default_factory
+    if default is dataclasses.MISSING and callable(factory):
+        default = factory()
     return type(default)
 
 

@@ -61,11 +61,10 @@ from context_engine.proxy.engine.messages import (
     text_of,
     units,
 )
+from context_engine.proxy.engine.originals import cited_id, cites_original, keep_original
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.summarize.slots import original_id
 
 DROPPED = "[context-engine:dropped]"
-_STUB = re.compile(r"orig:[0-9a-f]{12}")
 _STUB_CHARS = 300
 _DETAIL = re.compile(r"^(confirmed_facts|preferences|decisions|tool_results):$")
 _KEPT = re.compile(r"^(pending_tasks|revocations):$")
@@ -224,11 +223,9 @@ class Budget:
         content = m.get("content")
         if not isinstance(content, str) or _is_stub(content):
             return
-        oid = original_id(content)
-        if self.store.get("orig:" + oid) is None:
-            self.store.set("orig:" + oid, content.encode())
+        ref = keep_original(self.store, content, cited_id(content))
         tokens = plan.counter.text(content)
-        stub = f"{DROPPED} tool output ({tokens:,} tokens) stored as orig:{oid}"
+        stub = f"{DROPPED} tool output ({tokens:,} tokens) stored as {ref}"
         plan.put(i, {**m, "content": stub}, "tool_output")
 
     def _snippets(self, plan: _Plan, budget: int) -> None:
@@ -261,7 +258,7 @@ class Budget:
 
 
 def _is_stub(text: str) -> bool:
-    return len(text) <= _STUB_CHARS and bool(_STUB.search(text))
+    return len(text) <= _STUB_CHARS and cites_original(text)
 
 
 def _without_detail(content: str) -> str:

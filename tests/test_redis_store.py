@@ -9,10 +9,11 @@ import uuid
 import httpx
 import pytest
 
+from context_engine.proxy.engine.originals import original_id
 from context_engine.proxy.store.breaker import GuardedStore
 from context_engine.proxy.store.redis_store import RedisStore
 from context_engine.proxy.store.stores import open_store
-from context_engine.rules.tool_json.rule import ToolJson, original_id
+from context_engine.rules.tool_json.rule import ToolJson
 from tests.harness import make_deps
 
 REDIS = os.environ.get("CONTEXT_ENGINE_TEST_REDIS", "")

@@ -127,7 +127,7 @@ class BillEstimator:
         result = rewrite.result if rewrite is not None else None
         rewritten = result is not None and row.arm == "rewrite" and not result.failed_open \
             and not row.failed_open  # row: also a rewrite the wire format could not carry
-        sent = result.ctx.messages if rewritten else original
+        sent = result.ctx.messages if rewritten and result is not None else original
         sent_sig = orig_sig if sent is original else signature(sent, tools, counter, memo, self.segments)
         expected = cache_model.use(kind, sent_sig, st.sent, now, row.model)
         row.est_cached_sent = expected.read

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any, cast
 
 from context_engine.proxy.demo.conversation import TOOLS, conversation, request_points
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
@@ -36,7 +37,7 @@ def run_demo(settings: Settings, turns: int = 0) -> int:
                           f"{', '.join(settings.rules) or '(none: passthrough)'}")
             for i, point in enumerate(points, 1):
                 raw = client.chat.completions.with_raw_response.create(
-                    model="gpt-4o", messages=messages[: point + 1], tools=TOOLS,
+                    model="gpt-4o", messages=cast(Any, messages[: point + 1]), tools=cast(Any, TOOLS),
                     extra_headers={"X-Session-Id": "demo-session"})
                 before = raw.headers.get("x-context-engine-tokens-before")
                 after = raw.headers.get("x-context-engine-tokens-after")

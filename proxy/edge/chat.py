@@ -15,7 +15,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from context_engine.proxy.adapters import CHAT, Adapter, Parsed
+from context_engine.proxy.adapters import CHAT, Adapter
+from context_engine.proxy.adapters.base import Parsed
 from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.upstream import Upstream, request_headers

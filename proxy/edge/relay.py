@@ -43,7 +43,7 @@ CLIENT_DISCONNECTED = "client_disconnected"
 
 
 def _is_sse(r: httpx.Response) -> bool:
-    return r.headers.get("content-type", "").lower().startswith("text/event-stream")
+    return str(r.headers.get("content-type", "")).lower().startswith("text/event-stream")
 
 
 def _fault(exc: httpx.HTTPError, where: str) -> ProxyError:

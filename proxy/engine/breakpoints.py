@@ -71,18 +71,20 @@ def in_place(original: list[Any], rewritten: list[Any], pos: list[int | None]) -
     tool result with the same ``tool_call_id``, in order between the kept messages."""
     taken = {k for k in pos if k is not None}
     ids: dict[Any, int] = {}
-    for k, m in enumerate(rewritten):
-        if isinstance(m, dict) and m.get("role") == "tool" and k not in taken:
-            ids.setdefault(m.get("tool_call_id"), k)
+    for j, m in enumerate(rewritten):
+        if isinstance(m, dict) and m.get("role") == "tool" and j not in taken:
+            ids.setdefault(m.get("tool_call_id"), j)
     out: list[int | None] = []
     floor = -1
     nxt = [len(rewritten)] * (len(pos) + 1)  # the next kept position after each message
     for i in range(len(pos) - 1, -1, -1):
-        nxt[i] = pos[i] if pos[i] is not None else nxt[i + 1]
+        at = pos[i]
+        nxt[i] = at if at is not None else nxt[i + 1]
     for i, m in enumerate(original):
-        k = None
-        if pos[i] is not None:
-            floor = pos[i]
+        k: int | None = None
+        at = pos[i]
+        if at is not None:
+            floor = at
         elif isinstance(m, dict) and m.get("role") == "tool" and m.get("tool_call_id") is not None:
             k = ids.get(m.get("tool_call_id"))
             if k is None or not floor < k < nxt[i + 1]:
@@ -118,12 +120,13 @@ def targets(original: list[Any], rewritten: list[Any]) -> tuple[dict[Spot, Any],
                 moves.kept += 1
             last = k
             continue
-        if redone[i] is not None:
-            last = redone[i]
+        here = redone[i]
+        if here is not None:
+            last = here
             for j, value in marks:
                 moves.kept += 1
-                spot = _last_spot(last, rewritten[last], as_part=j >= 0)
-                if not any(s[0] == last and s[1] < 0 for s in want) or spot[1] >= 0:
+                spot = _last_spot(here, rewritten[here], as_part=j >= 0)
+                if not any(s[0] == here and s[1] < 0 for s in want) or spot[1] >= 0:
                     want.setdefault(spot, value)
             continue
         for j, value in marks:

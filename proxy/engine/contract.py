@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -40,7 +40,8 @@ class Summarizer(Protocol):
     """Fills the text slots of one block (``summarize``); ``None`` means "use the
     rule-based slots". The value is the summarize rule's ``Slots``."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     async def summarize(self, transcript: str) -> Any: ...
 
@@ -57,8 +58,8 @@ class RuleDeps:
 
 
 class Rule(Protocol):
-    name: ClassVar[str]
-    Config: ClassVar[type[Any]]
+    name: str  # a class attribute: the registry's key
+    Config: type[Any]  # the frozen dataclass of its options
 
     def __init__(self, config: Any, deps: RuleDeps) -> None: ...
 
@@ -85,6 +86,7 @@ def config_help(config_cls: type[Any]) -> list[tuple[str, str, Any, str]]:
     """(name, type, default, help) for each option of a rule's config dataclass."""
     rows = []
     for f in dataclasses.fields(config_cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        factory = f.default_factory
+        default = factory() if callable(factory) else f.default
         rows.append((f.name, str(f.type), default, f.metadata.get("help", "")))
     return rows

@@ -10,7 +10,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from context_engine.proxy.engine import profiles
 from context_engine.proxy.engine.breakpoints import restore
@@ -98,7 +98,7 @@ class Engine:
             self.stats.add("deadline")
             log.warning("rewrite of session %s passed rules_deadline_ms; original sent", session_id)
             return self._original(body, session_id, "rules_deadline_ms passed")
-        return result
+        return cast(Rewrite, result)
 
     async def rewrite_in_background(self, body: dict[str, Any], session_id: str) -> Rewrite | None:
         """``rewrite`` in the background lane (shadow rewrites); None when its queue is full."""

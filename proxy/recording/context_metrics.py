@@ -32,7 +32,7 @@ def _grams(words: list[str]) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
 
 
-def data_segments(messages: Iterable[dict[str, Any]]) -> list[str]:
+def data_segments(messages: Iterable[Any]) -> list[str]:
     """The data the request carried: tool results, summaries and memory snippets."""
     out = []
     for m in messages:

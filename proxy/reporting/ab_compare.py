@@ -45,7 +45,7 @@ def compare(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
             if costs:
                 cost_means[arm].append(statistics.fmean(costs))
             token_means[arm].append(statistics.fmean(
-                (r.get("prompt_tokens") if r.get("prompt_tokens") is not None else r.get("tokens_sent") or 0)
+                float(r["prompt_tokens"] if r.get("prompt_tokens") is not None else r.get("tokens_sent") or 0)
                 for r in rs))
             n_req += len(rs)
             errors += sum((r.get("status") or 0) >= 400 for r in rs)

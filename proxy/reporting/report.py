@@ -160,7 +160,9 @@ def _ab_table(ab: dict[str, Any]) -> Any:
     for col in ("arm", "sessions", "requests", "$/request", "prompt tok/request", "errors",
                 "length/filter", "turns/session", "tool retries/request"):
         table.add_column(col, justify="left" if col == "arm" else "right")
-    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    def fmt(v: Any, f: str) -> str:
+        return "-" if v is None else format(v, f)
+
     for arm, a in ab["arms"].items():
         table.add_row(arm, str(a["sessions"]), str(a["requests"]), fmt(a["cost_per_request"], ".6f"),
                       fmt(a["prompt_tokens_per_request"], ",.0f"), fmt(a["error_share"], ".1%"),

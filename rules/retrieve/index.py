@@ -24,7 +24,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from context_engine.proxy.engine.messages import text_of
-from context_engine.rules.retrieve.embedders import EmbeddingCache
+from context_engine.rules.retrieve.embedding_cache import EmbeddingCache
 from context_engine.rules.retrieve.query import terms
 
 __all__ = ["Chunk", "EmbeddingCache", "SessionIndex", "chunk_messages"]
@@ -93,7 +93,8 @@ def _records(text: str, limit: int) -> list[str]:
         items = [json.dumps({k: v}, ensure_ascii=False, separators=(",", ":")) for k, v in data.items()]
     else:
         items = text.split("\n")
-    pieces, cur = [], ""
+    pieces: list[str] = []
+    cur = ""
     for item in items:
         while len(item) > limit:
             pieces, cur = pieces + ([cur] if cur else []) + [item[:limit]], ""

@@ -252,13 +252,13 @@ class Retrieve:
             return ctx
         last = zones.get(lu)
         injected = [f"{h.chunk.header}#{h.chunk.index}" for h in last[1]] if last else []
+        scores = [h.score for h in last[1]] if last else []
+        oscillation = idx.oscillation(injected)
         note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
                 "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
-                "scores": [h.score for h in last[1]] if last else [],
-                "unembedded": len(idx.missing()), "oscillation": idx.oscillation(injected)}
-        figures = MemoryFigures(injected=injected, scores=note["scores"],
-                                dropped_messages=cut - head, indexed_chunks=len(idx.chunks),
-                                oscillation=note["oscillation"])
+                "scores": scores, "unembedded": len(idx.missing()), "oscillation": oscillation}
+        figures = MemoryFigures(injected=injected, scores=scores, dropped_messages=cut - head,
+                                indexed_chunks=len(idx.chunks), oscillation=oscillation)
         return ctx.replace(messages=out, memory=figures).with_note(self.name, note)
 
     def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,

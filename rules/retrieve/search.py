@@ -98,7 +98,7 @@ def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -
     speakers = index.speakers
     queries = sub_queries(query)
     said = first_person(query, speakers) if p.first_person and speakers else None
-    best = _fuse(index, queries + [said] * bool(said), embed, p)
+    best = _fuse(index, queries + ([said] if said else []), embed, p)
     scoped = months(query)
     if p.date_boost > 0 and scoped:
         best = best + p.date_boost * np.array([bool(months(c.header) & scoped) for c in index.chunks])

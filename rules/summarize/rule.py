@@ -66,9 +66,10 @@ from context_engine.proxy.engine.messages import (
     text_of,
     units,
 )
+from context_engine.proxy.engine.originals import cites_original, keep_original
 from context_engine.proxy.engine.tokens import REPLY_PRIMING, TokenCounter
 from context_engine.rules.summarize.llm import LiteLLMSummarizer, transcript
-from context_engine.rules.summarize.slots import Slots, extract_slots, original_id
+from context_engine.rules.summarize.slots import Slots, extract_slots
 
 VERSION = "summarize/1"
 EMPTY = "(no facts, tasks or decisions)"
@@ -221,9 +222,8 @@ class Summarize:
         for m in block:
             content = m.get("content")
             if m.get("role") == "tool" and isinstance(content, str) and content:
-                key = "orig:" + original_id(content)
-                if f"orig:{original_id(content)}" not in content and self.store.get(key) is None:
-                    self.store.set(key, content.encode())
+                if not cites_original(content):  # a marker's original is stored already
+                    keep_original(self.store, content)
 
 
 def _at_least(counter: TokenCounter, msgs: list[Any], tokens: int) -> bool:

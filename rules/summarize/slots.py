@@ -17,11 +17,12 @@ count), and are rendered in their original order inside each slot.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, fields
 from typing import Any
+
+from context_engine.proxy.engine.originals import cited_id
 
 SLOTS = ("confirmed_facts", "preferences", "decisions", "pending_tasks", "revocations",
          "tool_results")
@@ -69,7 +70,6 @@ _PREFER = re.compile(
     r"\bi (?:really )?(?:like|love|prefer|hate|dislike|enjoy|adore)\b|\bmy fav(?:ou)?rite"
     r"|\bi(?:'d| would) rather\b|\bi (?:don't|do not) like\b|\bfan of\b|\bprefer"
     r"|喜欢|偏好|更愿意|宁愿|讨厌|习惯|最爱|爱吃|口味", re.IGNORECASE)
-_ORIG = re.compile(r"orig:([0-9a-f]{12})")
 MAX_ANALYSED_CHARS = 20_000  # per message: the work of slot extraction stops growing here
 # Cue words, checked in this order; the first that matches names the slot.
 _CUES = (("revocations", _REVOKE), ("pending_tasks", _PENDING), ("decisions", _DECISION),
@@ -108,14 +108,6 @@ class _Item:
     order: int
     slot: str
     text: str
-
-
-def original_id(content: str) -> str:
-    """The stored-original id of a tool output: a ``tool_json`` marker's id, else its hash."""
-    found = _ORIG.search(content)
-    if found:
-        return found.group(1)
-    return hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
 def clip(text: str, limit: int) -> str:
@@ -225,7 +217,7 @@ def tool_line(call: dict[str, Any], result: str | None, item_chars: int) -> str:
     outcome = clip(_outcome(result), max(40, item_chars - len(name) - len(args) - 30))
     ids = [i for i in _ids_in(result) if i not in outcome]
     more = "; ids: " + clip(", ".join(ids), 2 * item_chars) if ids else ""
-    ref = f" [orig:{original_id(result)}]" if len(result) > item_chars else ""
+    ref = f" [{cited_id(result)}]" if len(result) > item_chars else ""
     return f"{clip(f'{name}({args})', item_chars // 2)} → {outcome}{more}{ref}"
 
 
@@ -294,7 +286,7 @@ def _outcome(result: str, nested: bool = False) -> str:
     scalars = [(k, v) for k, v in parsed.items() if not isinstance(v, (dict, list))]
     hinted = [kv for kv in scalars if any(h in kv[0].lower() for h in _KEY_HINTS)]
     chosen = (hinted + [kv for kv in scalars if kv not in hinted])[:4]
-    nested = [k for k, v in parsed.items() if isinstance(v, (dict, list))][:4 - len(chosen)]
-    parts = [f"{k}={_scalar(v)}" for k, v in chosen] + [f"{k}=…" for k in nested]
+    deeper = [k for k, v in parsed.items() if isinstance(v, (dict, list))][:4 - len(chosen)]
+    parts = [f"{k}={_scalar(v)}" for k, v in chosen] + [f"{k}=…" for k in deeper]
     others = len(parsed) - len(parts)
     return ", ".join(parts) + (f" (+{others} fields)" if others > 0 else "") or "{}"

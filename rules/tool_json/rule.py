@@ -71,11 +71,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.memo import BoundedCache
+from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.tool_json.compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
 from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends
@@ -89,7 +90,6 @@ from context_engine.rules.tool_json.schema_templates import (
 )
 
 BUILTIN_TEMPLATES = Path(__file__).parent / "templates"
-ORIGINAL_PREFIX = "orig:"
 LEARNED_PREFIX = "tool_json:learned:"
 
 
@@ -172,7 +172,7 @@ class ToolJson:
             self._done.put(key, found)
         elif found is not None:  # a fresh rewrite stored the original: keep it there (eviction)
             self._store(text)
-        return found
+        return cast("tuple[str, str] | None", found)
 
     def _rewrite_fresh(self, text: str, tool: str, later: list[str] | None) -> tuple[str, str] | None:
         value = _parse_json(text)
@@ -208,10 +208,7 @@ class ToolJson:
         return clipped, ("clipped" if clipped != body else kind)
 
     def _store(self, original: str) -> str:
-        key = original_id(original)
-        if self.deps.store.get(key) is None:
-            self.deps.store.set(key, original.encode())
-        return key
+        return keep_original(self.deps.store, original)
 
     def _marker(self, original: str, what: str) -> str:
         return f"[tool_json: {what}; original: {self._store(original)}]"
@@ -243,11 +240,6 @@ class ToolJson:
 
 
 _MISSING: Any = object()
-
-
-def original_id(content: str) -> str:
-    """The store key under which a tool result's original content is kept."""
-    return ORIGINAL_PREFIX + hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
 def tool_names(messages: list[Any]) -> dict[int, str]:

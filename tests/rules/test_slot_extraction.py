@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from context_engine.rules.summarize.slots import Slots, clip, extract_slots, original_id, tool_line
+from context_engine.proxy.engine.originals import cited_id
+from context_engine.rules.summarize.slots import Slots, clip, extract_slots, tool_line
 
 
 def call(args: str, name: str = "lookup") -> dict:
@@ -13,8 +14,8 @@ def call(args: str, name: str = "lookup") -> dict:
 
 def test_a_tool_json_marker_names_the_stored_original():
     marked = "(2 rows)\n[tool_json: middle cut; original: orig:0123456789ab]"
-    assert original_id(marked) == "0123456789ab"
-    assert original_id("plain") == "a116c9ed46d6"  # sha256("plain")[:12]
+    assert cited_id(marked) == "orig:0123456789ab"
+    assert cited_id("plain") == "orig:a116c9ed46d6"  # sha256("plain")[:12]
 
 
 def test_tool_lines_for_every_output_shape():
@@ -33,7 +34,7 @@ def test_tool_lines_for_every_output_shape():
 def test_long_outputs_carry_their_original_id():
     big = json.dumps({"status": "ok", "rows": list(range(200))})
     line = tool_line(call("{}"), big, 120)
-    assert line.endswith(f"[orig:{original_id(big)}]") and line.startswith("lookup() → status=ok")
+    assert line.endswith(f"[{cited_id(big)}]") and line.startswith("lookup() → status=ok")
 
 
 def test_images_and_list_content_are_read_as_text():

@@ -11,11 +11,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context_engine.proxy.engine.originals import original_id
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules import REGISTRY
 from context_engine.rules.tool_json.compact import CompactOptions, compact
-from context_engine.rules.tool_json.rule import ToolJson, ToolJsonConfig, original_id, tool_names
+from context_engine.rules.tool_json.rule import ToolJson, ToolJsonConfig, tool_names
 from context_engine.rules.tool_json.schema_templates import (
     keep_paths,
     learned_paths,

@@ -1,0 +1,50 @@
+"""Stored originals: what a lossy rewrite keeps of the content it shortened, under the one
+key format every rule (and the way back to it) uses.
+
+A reference is ``orig:`` and the first 12 hex digits of the content's sha256. It is both
+the store key and the text a marker shows (``[tool_json: … cut; original: orig:1a2b…]``,
+``stored as orig:1a2b…``, ``[orig:1a2b…]`` in a summary line). Content is stored once,
+never overwritten: the key is its hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from context_engine.proxy.store.stores import Store
+
+PREFIX = "orig:"
+REFERENCE = re.compile(r"orig:[0-9a-f]{12}")
+
+
+def original_id(content: str) -> str:
+    """The reference of ``content``: ``orig:`` + 12 hex digits of its sha256."""
+    return PREFIX + hashlib.sha256(content.encode()).hexdigest()[:12]
+
+
+def cites_original(text: str) -> bool:
+    """Whether ``text`` names a stored original (a marker left by a rule)."""
+    return REFERENCE.search(text) is not None
+
+
+def cited_id(content: str) -> str:
+    """The original ``content`` stands for: the one its marker names when a rule already
+    shortened it, else its own reference."""
+    found = REFERENCE.search(content)
+    return found.group(0) if found else original_id(content)
+
+
+def keep_original(store: Store, content: str, ref: str | None = None) -> str:
+    """Store ``content`` under ``ref`` (default: its own reference) unless something is
+    there already; the reference."""
+    key = ref or original_id(content)
+    if store.get(key) is None:
+        store.set(key, content.encode())
+    return key
+
+
+def stored_original(store: Store, ref: str) -> str | None:
+    """The content stored under ``ref``, or None (unknown or evicted)."""
+    raw = store.get(ref) if REFERENCE.fullmatch(ref) else None
+    return raw.decode("utf-8", "replace") if raw is not None else None
