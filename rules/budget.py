@@ -39,15 +39,12 @@ Risks
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from context_engine.proxy.billing.pricing import context_window
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.messages import (
@@ -77,32 +74,6 @@ class BudgetConfig:
                                       "max_tokens (no budget for unknown models)")
     keep_recent: int = option(2, "last units whose tool outputs are not stubbed in the first "
                                  "step (they can still go in the last step)")
-
-
-@functools.lru_cache(maxsize=1)
-def model_windows() -> dict[str, int]:
-    """``max_input_tokens`` per model from litellm's bundled JSON (litellm not imported)."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return {}
-    root = next(iter(spec.submodule_search_locations))
-    path = os.path.join(root, "model_prices_and_context_window_backup.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}
-    return {name: int(info["max_input_tokens"]) for name, info in data.items()
-            if isinstance(info, dict) and isinstance(info.get("max_input_tokens"), (int, float))}
-
-
-def context_window(model: str) -> int:
-    """The model's input window (exact name, then without provider prefixes), or 0."""
-    windows = model_windows()
-    for name in (model, model.split("/", 1)[-1], model.rsplit("/", 1)[-1]):
-        if windows.get(name):
-            return windows[name]
-    return 0
 
 
 class _Plan:

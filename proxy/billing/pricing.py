@@ -72,7 +72,13 @@ def price_for(model: str) -> Price | None:
                  float(write) if write is not None else inp, provider)
 
 
-def context_window(model: str) -> int | None:
-    info = model_info(model) or {}
-    value = info.get("max_input_tokens") or info.get("max_tokens")
-    return int(value) if isinstance(value, (int, float)) else None
+def context_window(model: str) -> int:
+    """The model's input window, ``max_input_tokens`` (the exact name, then without its
+    provider prefixes), or 0 when the map does not say."""
+    table = price_map()
+    for name in (model, model.split("/", 1)[-1], model.rsplit("/", 1)[-1]):
+        info = table.get(name)
+        value = info.get("max_input_tokens") if isinstance(info, dict) else None
+        if isinstance(value, (int, float)) and value:
+            return int(value)
+    return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from context_engine.proxy.engine.types import Message
@@ -37,8 +39,17 @@ def system_prefix_len(messages: list[Any]) -> int:
     return n
 
 
-def tool_call_ids(m: Message | dict[str, Any]) -> list[str]:
-    return [c.get("id", "") for c in m.get("tool_calls") or ()]
+def calls_of(m: Message | dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """``(id, tool name, arguments as sent)`` of each tool call an assistant message makes."""
+    for c in m.get("tool_calls") or ():
+        if isinstance(c, dict):
+            fn = c.get("function") or {}
+            yield str(c.get("id", "")), str(fn.get("name", "")), fn.get("arguments")
+
+
+def call_index(messages: Iterable[Any]) -> dict[str, tuple[str, Any]]:
+    """The call index: tool_call id → (tool name, arguments); a later call wins."""
+    return {cid: (name, args) for m in messages for cid, name, args in calls_of(m)}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -118,6 +129,9 @@ def closed_prefix_end(messages: list[Any], window: int, block: int) -> int:
 # Messages that rules inject (summaries, retrieved memory) start with one of these header
 # lines, so later rules (zones, budget) can recognise them without adding unknown keys
 # to the message dicts, which strict providers would reject.
+# A speaker label at the start of a turn ("Caroline: …", "Dr. Smith: …"), as transcripts
+# and multi-party chats write them.
+SPEAKER = re.compile(r"^([A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?):\s")
 SUMMARY_HEADER = "[context-engine:summary]"
 MEMORY_HEADER = "[context-engine:memory]"
 # An injected message (a summary, retrieved memory) is a ``user`` message; when it meets

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from context_engine.proxy.engine.memo import memoize
 from context_engine.proxy.engine.messages import made_of
+from context_engine.rules.acknowledgements import ACK_PHRASES
 
 # Punctuation that only decorates text: quotes and brackets around a word, sentence marks
 # after it (never inside a word or before it, so "3.5" ≠ "35" and "-5" ≠ "5") and, for
@@ -59,17 +60,8 @@ def head_words(text: str, words: int = 4, chars: int = 32) -> str:
     return " ".join(text.split()[:words])[:chars].rstrip()
 
 
-# --- filler acknowledgements --------------------------------------------------------
+# --- filler acknowledgements (the vocabulary: rules/acknowledgements.py) -------------
 
-ACK_PHRASES: tuple[str, ...] = (
-    "ok", "okay", "okey", "k", "kk", "thanks", "thank you", "thank you so much",
-    "thanks a lot", "many thanks", "thx", "ty", "got it", "sure", "cool", "great",
-    "alright", "all right", "noted", "understood", "i see", "sounds good", "perfect",
-    "nice", "will do", "one moment", "one sec", "hold on", "hmm", "mm", "ah", "oh",
-    "np", "no problem", "you're welcome", "you are welcome", "welcome",
-    "嗯", "嗯嗯", "好", "好的", "好吧", "好滴", "行", "收到", "谢谢", "谢谢你", "多谢",
-    "感谢", "明白", "明白了", "知道了", "了解", "稍等", "等一下", "哦", "噢",
-)
 _ACKS = frozenset(ACK_PHRASES)
 _ACK_LONGEST = max(map(len, ACK_PHRASES))
 

@@ -50,6 +50,7 @@ from typing import Any
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.messages import (
+    call_index,
     closed_block_count,
     keep_users_apart,
     last_user_index,
@@ -284,12 +285,7 @@ def _after_question(msgs: list[Any], i: int) -> bool:
 
 def _call_index(msgs: list[Any]) -> dict[str, tuple[str, str]]:
     """tool_call id → (tool name, arguments with JSON keys sorted)."""
-    index: dict[str, tuple[str, str]] = {}
-    for m in msgs:
-        for call in m.get("tool_calls") or ():
-            fn = call.get("function") or {}
-            index[str(call.get("id", ""))] = (str(fn.get("name", "")), _canon(fn.get("arguments")))
-    return index
+    return {cid: (name, _canon(args)) for cid, (name, args) in call_index(msgs).items()}
 
 
 def _canon(arguments: Any) -> str:

@@ -23,13 +23,12 @@ import faiss
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from context_engine.proxy.engine.messages import text_of
+from context_engine.proxy.engine.messages import SPEAKER, call_index, text_of
 from context_engine.rules.retrieve.embedding_cache import EmbeddingCache
 from context_engine.rules.retrieve.query import terms
 
 __all__ = ["Chunk", "EmbeddingCache", "SessionIndex", "chunk_messages"]
 
-_SPEAKER = re.compile(r"^([A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?):\s")
 _SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")
 
 
@@ -51,13 +50,13 @@ class Chunk:
     @property
     def speaker(self) -> str:
         """A named speaker ("Caroline: …") or the role."""
-        found = _SPEAKER.match(self.text)
+        found = SPEAKER.match(self.text)
         return found.group(1).lower() if found else self.role
 
     @property
     def named(self) -> bool:
         """Whether the text starts with a speaker's name ("Caroline: …")."""
-        return bool(_SPEAKER.match(self.text))
+        return bool(SPEAKER.match(self.text))
 
     @property
     def search_text(self) -> str:
@@ -69,14 +68,6 @@ class Chunk:
         """What is embedded: the turn and its header, then its neighbours' edges (the
         embedder truncates long texts, and the turn itself must not be what is cut)."""
         return " ".join(p for p in (self.header, self.text, self.context) if p)
-
-
-def _tool_names(messages: list[Any]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for m in messages:
-        for call in m.get("tool_calls") or ():
-            names[str(call.get("id", ""))] = str((call.get("function") or {}).get("name", ""))
-    return names
 
 
 def _records(text: str, limit: int) -> list[str]:
@@ -129,7 +120,7 @@ def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: i
     With ``context_chars``, each chunk is searched together with the neighbouring turns'
     edges (a reply is about the turn before it); the snippet shows only its own text.
     """
-    names = _tool_names(messages[:end])
+    names = {cid: name for cid, (name, _) in call_index(messages[:end]).items()}
     texts = [_call_text(m) if m.get("role") == "assistant" else text_of(m)
              for m in messages[: end + 1]]
     header, out = "", []

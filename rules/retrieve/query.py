@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import re
 
-from context_engine.proxy.engine.messages import made_of
+from context_engine.proxy.engine.messages import SPEAKER
+from context_engine.rules.acknowledgements import is_acknowledgement
 
 _WORD = re.compile(r"[A-Za-z0-9_@.\-/:]+|[\u3400-\u9fff\uf900-\ufaff]+")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
@@ -39,16 +40,6 @@ _DATE = re.compile(
 _CODE = re.compile(r"(?<![A-Za-z_])[A-Za-z_]+\(|(?<![a-z])[a-z]+_[a-z_]+|(?<![a-z])[a-z]+[A-Z][A-Za-z]+"
                    r"|(?<!\w)\w+\.\w+\(|`")
 
-_ACK_WORDS = {
-    "ok", "okay", "k", "kk", "thanks", "thank", "you", "thx", "ty", "cool", "great", "nice",
-    "good", "got", "it", "sure", "yes", "yeah", "yep", "no", "nope", "fine", "alright",
-    "awesome", "perfect", "lol", "haha", "wow", "hmm", "hm", "sounds", "so", "much", "very",
-    "a", "lot", "np", "noted", "understood", "right", "cheers", "appreciate", "that", "love",
-    "bye", "👍", "🙏", "😊",
-}
-_ACK_ZH = frozenset(("好的", "好", "谢谢", "多谢", "感谢", "收到", "明白", "了解", "行", "可以",
-                    "没问题", "哈", "赞", "稍等", "知道了", "辛苦了", *"啊呀吧哦噢嗯了的!！。,.，~～"))
-
 _STOP = {
     "the", "a", "an", "and", "or", "of", "to", "in", "on", "at", "for", "with", "is", "are",
     "was", "were", "be", "been", "do", "does", "did", "what", "when", "where", "who", "which",
@@ -59,18 +50,6 @@ _STOP = {
     "into", "out", "up", "down", "over", "all", "more", "most", "such", "s", "t", "m", "re",
     "ve", "ll", "d", "am", "im", "it's", "i'm", "that's", "what's", "kind", "type",
 }
-
-
-def is_acknowledgement(text: str) -> bool:
-    """True for a turn that is only thanks, ok or emotion: nothing to look up."""
-    stripped = text.strip()
-    if not stripped:
-        return True
-    if _CJK.search(stripped):
-        return made_of(stripped, _ACK_ZH, 3)
-    words = re.findall(r"[\w']+|[^\w\s]", stripped.lower())
-    words = [w for w in words if w.strip(".,!?;:~-") and w not in ("'",)]
-    return len(words) <= 8 and all(w in _ACK_WORDS for w in words)
 
 
 _ASK = re.compile(
@@ -178,7 +157,7 @@ def linked_entities(texts: list[str], speakers: set[str], asked: set[str]) -> li
     Searching for them finds the other turns about the same thing (the second hop)."""
     found: set[str] = set()
     for text in texts:
-        body = _SPEAKER_PREFIX.sub("", text, count=1)
+        body = SPEAKER.sub("", text, count=1)
         names = [a or b for a, b in _TITLE.findall(body)] + _NAME.findall(body)
         for name in names:
             words = terms(name)
@@ -189,4 +168,3 @@ def linked_entities(texts: list[str], speakers: set[str], asked: set[str]) -> li
     return sorted(found)
 
 
-_SPEAKER_PREFIX = re.compile(r"^[A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?:\s")

@@ -64,11 +64,12 @@ from context_engine.proxy.engine.messages import (
     text_of,
 )
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.acknowledgements import is_acknowledgement
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.query import asks_for_memory, is_acknowledgement, terms
+from context_engine.rules.retrieve.query import asks_for_memory, terms
 from context_engine.rules.retrieve.search import (
     SNIPPET_OVERHEAD,
     Hit,

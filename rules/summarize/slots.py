@@ -22,13 +22,13 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+from context_engine.proxy.engine.messages import SPEAKER
 from context_engine.proxy.engine.originals import cited_id
 
 SLOTS = ("confirmed_facts", "preferences", "decisions", "pending_tasks", "revocations",
          "tool_results")
 
 _SPLIT = re.compile(r"(?<=[^\d\s][.!?])\s+|(?<=[。！？；])|\n+")
-_SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]{0,20}(?: [A-Z][\w.'-]{0,20})?):\s+")
 # Strong entities (numbers, dates, ids, amounts, acronyms) count 2; capitalised words
 # inside a sentence (names, places) count 1.
 _STRONG = re.compile(
@@ -151,10 +151,10 @@ def _sentence_items(role: str, text: str, start: int, item_chars: int) -> list[_
     ``MAX_ANALYSED_CHARS`` are read: beyond them a message is opaque to the summary."""
     lines = text[:MAX_ANALYSED_CHARS].split("\n")
     first = next((i for i, ln in enumerate(lines) if ln.strip() and not ln.startswith("[")), 0)
-    label = _SPEAKER.match(lines[first]) if lines else None
+    label = SPEAKER.match(lines[first].lstrip()) if lines else None
     who = label.group(1) if label else role
     if label:
-        lines[first] = lines[first][label.end():]
+        lines[first] = lines[first].lstrip()[label.end():].lstrip()
     out: list[_Item] = []
     for raw in _SPLIT.split("\n".join(lines)):
         sentence = raw.strip()

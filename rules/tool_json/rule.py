@@ -76,6 +76,7 @@ from typing import Any, cast
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.memo import BoundedCache
+from context_engine.proxy.engine.messages import calls_of
 from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.tool_json.compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
@@ -248,9 +249,7 @@ def tool_names(messages: list[Any]) -> dict[int, str]:
     calls: dict[str, str] = {}
     for i, m in enumerate(messages):
         if m.get("role") == "assistant" and m.get("tool_calls"):
-            for c in m["tool_calls"]:
-                if isinstance(c, dict):
-                    calls[str(c.get("id", ""))] = str((c.get("function") or {}).get("name", ""))
+            calls.update((cid, name) for cid, name, _ in calls_of(m))
         elif m.get("role") == "tool":
             names[i] = calls.get(str(m.get("tool_call_id", "")), "")
     return names

@@ -11,9 +11,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from context_engine.proxy.billing.pricing import context_window
 from context_engine.proxy.engine.messages import SUMMARY_HEADER, last_user_index, units
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.budget import Budget, BudgetConfig, context_window
+from context_engine.rules.budget import Budget, BudgetConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 from tests.rules.chat_strategies import conversation
 
@@ -132,10 +133,10 @@ def test_a_unit_with_stubbed_and_raw_results_loses_only_the_raw_ones():
 
 
 def test_no_model_map_means_no_derived_budget(monkeypatch):
-    from context_engine.rules import budget as module
+    from context_engine.proxy.billing import pricing
 
-    monkeypatch.setattr(module.importlib.util, "find_spec", lambda name: None)
-    assert module.model_windows.__wrapped__() == {}
+    monkeypatch.setattr(pricing.importlib.util, "find_spec", lambda name: None)
+    assert pricing.price_map.__wrapped__() == {}
 
 
 def test_summarize_then_budget_through_the_engine(tmp_path):
