@@ -6,6 +6,8 @@ self-registration: a rule exists when it is listed here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from context_engine.proxy.engine.contract import Rule
 from context_engine.rules.budget import Budget
 from context_engine.rules.fold_duplicates.rule import FoldDuplicates
@@ -32,3 +34,10 @@ REGISTRY: dict[str, type[Rule]] = {
 # cache reads at 0.1x: 1.067x the cost of no rewrite). Turn it on where tool results or
 # documents may carry injected instructions.
 DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json", "retrieve", "budget")
+
+
+def run_kb(args: Any, settings: Any) -> int:
+    """``context-engine kb``: the knowledge base is ``retrieve``'s (rules/retrieve/kb_command.py)."""
+    from context_engine.rules.retrieve.kb_command import run
+
+    return run(args, settings)
