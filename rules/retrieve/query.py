@@ -61,6 +61,14 @@ _ASK = re.compile(
 )
 
 
+def needs_memory(query: str, window: list[str], memory_terms: set[str], always: bool) -> bool:
+    """The gate: with ``always`` every turn but an acknowledgement, else ``asks_for_memory``
+    against the terms the visible ``window`` already shows."""
+    if always:
+        return not is_acknowledgement(query)
+    return asks_for_memory(query, {t for text in window for t in terms(text)}, memory_terms)
+
+
 def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
     """A turn needs memory when it asks something (a question, a recall cue, an id) and
     names at least one term that the visible window lacks and the memory holds."""

@@ -43,13 +43,12 @@ Risks
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from context_engine.proxy.engine.context import MemoryFigures, RequestContext
@@ -64,12 +63,11 @@ from context_engine.proxy.engine.messages import (
     text_of,
 )
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.acknowledgements import is_acknowledgement
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.query import asks_for_memory, terms
+from context_engine.rules.retrieve.query import needs_memory, terms
 from context_engine.rules.retrieve.search import (
     SNIPPET_OVERHEAD,
     Hit,
@@ -197,17 +195,15 @@ class Retrieve:
         allowance[0] -= embedded
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
-        if self.config.gate == "always" or self.kb is not None:
-            return not is_acknowledgement(query)
-        visible = {t for text in window for t in terms(text)}
-        return asks_for_memory(query, visible, idx.vocabulary)
+        always = self.config.gate == "always" or self.kb is not None
+        return needs_memory(query, window, idx.vocabulary, always)
 
     def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
                 budget: int, allowance: list[int]) -> list[Hit]:
         if budget <= 0:
             return []
         embed = self.cache.get
-        params = dataclasses.replace(self.params, max_tokens=budget)
+        params = replace(self.params, max_tokens=budget)
         hits: list[Hit] = []
         if idx.chunks:
             self._vectorize(idx, query, allowance)
@@ -253,13 +249,10 @@ class Retrieve:
             return ctx
         last = zones.get(lu)
         injected = [f"{h.chunk.header}#{h.chunk.index}" for h in last[1]] if last else []
-        scores = [h.score for h in last[1]] if last else []
-        oscillation = idx.oscillation(injected)
-        note = {"dropped_messages": cut - head, "indexed_chunks": len(idx.chunks),
-                "embedder": self.embedder.name, "zones": len(zones), "injected": injected,
-                "scores": scores, "unembedded": len(idx.missing()), "oscillation": oscillation}
-        figures = MemoryFigures(injected=injected, scores=scores, dropped_messages=cut - head,
-                                indexed_chunks=len(idx.chunks), oscillation=oscillation)
+        figures = MemoryFigures(injected, [h.score for h in last[1]] if last else [], cut - head,
+                                len(idx.chunks), idx.oscillation(injected))
+        note = {**asdict(figures), "embedder": self.embedder.name,
+                "zones": len(zones), "unembedded": len(idx.missing())}
         return ctx.replace(messages=out, memory=figures).with_note(self.name, note)
 
     def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
