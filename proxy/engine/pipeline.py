@@ -46,7 +46,17 @@ class PipelineStats:
     rule_failures: Counter[str] = field(default_factory=Counter)
     invariant_failures: int = 0
     failed_open_by: Counter[str] = field(default_factory=Counter)  # deadline, shed
+    # (rule, exception type) whose traceback was logged: an outage fails every request the
+    # same way, and one traceback says all of it (later failures: one line each)
+    traced: set[tuple[str, str]] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def first_failure(self, rule: str, exc: BaseException) -> bool:
+        with self.lock:
+            key = (rule, type(exc).__name__)
+            first = key not in self.traced
+            self.traced.add(key)
+            return first
 
     def add(self, kind: str, rule: str = "") -> None:
         with self.lock:
@@ -80,7 +90,10 @@ class Pipeline:
             except Exception as exc:  # the rule guard: one failing rule never breaks a request
                 ms = (time.perf_counter() - start) * 1000
                 self.stats.add("rule", rule.name)
-                log.exception("rule %s failed; skipped", rule.name)
+                if self.stats.first_failure(rule.name, exc):
+                    log.exception("rule %s failed; skipped", rule.name)
+                else:
+                    log.warning("rule %s failed; skipped: %r", rule.name, exc)
                 journal.append(JournalEntry(rule.name, tokens, tokens, ms, error=repr(exc)[:300]))
                 continue
             ms = (time.perf_counter() - start) * 1000

@@ -17,9 +17,9 @@
 
 from __future__ import annotations
 
-import functools
 import re
 
+from context_engine.proxy.engine.memo import memoize
 from context_engine.proxy.engine.messages import SPEAKER
 from context_engine.rules.acknowledgements import is_acknowledgement
 
@@ -95,7 +95,7 @@ def terms(text: str) -> list[str]:
     return list(_terms(text))
 
 
-@functools.lru_cache(maxsize=65_536)
+@memoize(max_entries=65_536, max_bytes=64 * 1024 * 1024)  # texts recur: clients resend history
 def _terms(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for token in _WORD.findall(text):
@@ -144,7 +144,7 @@ _MONTH_YEAR = re.compile(rf"\b({'|'.join(_MONTHS)}|sept|{'|'.join(m[:3] for m in
                          r"(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+(\d{4})\b", re.IGNORECASE)
 
 
-@functools.lru_cache(maxsize=4096)
+@memoize(max_entries=4096, max_bytes=16 * 1024 * 1024)
 def months(text: str) -> frozenset[tuple[str, str]]:
     """The (month, year) pairs named in ``text``: "April 2022", "Aug 15, 2023"."""
     return frozenset((_full_month(m), y) for m, y in _MONTH_YEAR.findall(text))
