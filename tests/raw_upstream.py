@@ -7,6 +7,7 @@ completion, fast, with keep-alive, so it can serve fuzz runs):
     stall-stream SSE headers, one event, then silence (the proxy's read timeout fires)
     slow-stream  one SSE event every 50 ms for 10 s; notes when the proxy hangs up
     cut-body     JSON headers with a Content-Length of 400, 20 bytes, then a reset
+    late-close   SSE headers, one event and ``[DONE]``, then 2 s before the stream ends
 
 Every request is recorded (method, target, headers, body) in ``received``.
 """
@@ -142,6 +143,13 @@ class RawUpstream:
                     time.sleep(0.05)
             except OSError:
                 self.hung_up.set()
+            return False
+        if model == "late-close":
+            done = b"data: [DONE]\n\n"
+            conn.sendall(SSE_HEAD + _event("Hello") + b"%x\r\n%s\r\n" % (len(done), done))
+            time.sleep(2)
+            with contextlib.suppress(OSError):
+                conn.sendall(b"0\r\n\r\n")
             return False
         if model == "cut-body":
             conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"

@@ -33,6 +33,21 @@ def _read_stream(proxy, model: str) -> str:
     return text
 
 
+def test_a_client_that_leaves_after_done_had_the_whole_answer(start_proxy, raw):
+    """An SDK stops reading at [DONE]; the upstream may close its stream later. The row
+    records no disconnect: the client got every event of the answer."""
+    proxy = start_proxy(upstream=raw.url + "/v1")
+    with httpx.stream("POST", proxy.url + "/v1/chat/completions",
+                      json={"model": "late-close", "messages": MSGS, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line == "data: [DONE]":
+                break
+    deadline = time.time() + 10
+    while time.time() < deadline and not proxy.rows():
+        time.sleep(0.05)
+    assert proxy.rows()[-1]["error"] == ""
+
+
 def test_stream_cut_midway_raises_in_the_sdk_and_is_recorded(start_proxy, raw):
     proxy = start_proxy(upstream=raw.url + "/v1")
     seen = []

@@ -128,7 +128,9 @@ class StreamRelay(Response):
                         await self.r.aclose()
                     tg.cancel_scope.cancel()
         finally:
-            if client_left and not error:
+            # a client that closes once the stream's end event reached it (an SDK stops
+            # reading at [DONE]) had the whole answer, whenever the upstream closes
+            if client_left and not error and not (self.tap is not None and self.tap.ended):
                 error = CLIENT_DISCONNECTED
             if self.on_done is not None and self.tap is not None:
                 self.on_done(self.tap.close(), (time.perf_counter() - self.started) * 1000,

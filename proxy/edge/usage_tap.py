@@ -161,6 +161,8 @@ class Usage:
             self.notes.append(text)
 
 
+_END_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed",
+                         "message_stop"})
 ITERATION_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
                     "output_tokens")
 
@@ -201,6 +203,9 @@ class UsageTap:
         self._readable = not content_encoding or self._dec is not None
         self._buf = b""
         self._body: list[bytes] = []
+        # the stream's own end was relayed ([DONE], response.completed/incomplete/failed,
+        # message_stop): a client that leaves after it had the whole answer
+        self.ended = False
 
     def feed(self, chunk: bytes) -> None:
         if not self._readable:
@@ -223,12 +228,17 @@ class UsageTap:
         if not line.startswith(b"data:"):
             return
         payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.ended = True
         if not payload or payload == b"[DONE]":
             return
         try:
-            self.usage.take(json.loads(payload))
+            event = json.loads(payload)
         except ValueError:
-            pass
+            return
+        self.usage.take(event)
+        if isinstance(event, dict) and event.get("type") in _END_EVENTS:
+            self.ended = True
 
     def close(self) -> Usage:
         if not self._readable:
