@@ -1,4 +1,4 @@
-"""``context-engine``: serve, report, demo, bench, rules, kb."""
+"""``context-engine``: serve, report, demo, bench, eval, rules, kb."""
 
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ def cmd_bench(argv: list[str]) -> int:
     return int(bench_main(argv))
 
 
+def cmd_eval(argv: list[str]) -> int:
+    try:
+        from bench.eval_cli import main as eval_main
+    except ImportError:
+        print("context-engine: the eval is not installed in this build", file=sys.stderr)
+        return 2
+    return int(eval_main(argv))
+
+
 def rules_yaml() -> str:
     """The ``rules:`` and ``rule_options:`` blocks of config.yaml, with every option's help."""
     import json
@@ -159,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 when a document cannot be read")
     p.set_defaults(func=cmd_kb)
     sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)
+    sub.add_parser("eval", help="ask a model the cases' questions with and without the rules "
+                   "(see eval --help)", add_help=False)
     return parser
 
 
@@ -166,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
         return cmd_bench(argv[1:])
+    if argv[:1] == ["eval"]:
+        return cmd_eval(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result: Any = args.func(args)
