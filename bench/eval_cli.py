@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from bench import cases as cases_mod
+from bench.cases import Case
 from bench.eval_client import AnswerCache, ChatClient, api_key_from
 from bench.eval_report import render, summarize, write_json
 from bench.eval_run import Options, evaluate, questions_of
@@ -43,13 +44,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also ask this model (same server) to judge each answer CORRECT/WRONG")
     parser.add_argument("--rules", default=None, help="comma-separated rules (default: configured)")
     parser.add_argument("--config", default=None, help="config.yaml with the rules and options")
-    parser.add_argument("--limit", type=int, default=None, help="at most N cases per file")
+    parser.add_argument("--limit", type=int, default=None, help="the first N cases of each file")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="N cases of each file, evenly spaced through it (every conversation "
+                             "and category of LoCoMo, where --limit takes the first ones)")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight at most")
     parser.add_argument("--cache", default=".context-engine/eval",
                         help="folder of the answer cache (answers.jsonl); '' = no cache")
     parser.add_argument("--max-tokens", type=int, default=200,
                         help="max_tokens of each request (0 = not sent)")
     parser.add_argument("--temperature", default="0", help="temperature sent ('none' = not sent)")
+    parser.add_argument("--no-tools", action="store_true",
+                        help="leave the cases' tool schemas out of the requests (for servers that "
+                             "reject tools, e.g. llama.cpp without --jinja)")
     parser.add_argument("--price-model", default=None,
                         help="model whose list price the cost uses (default: --model if litellm's "
                              "map knows it, else gpt-4o)")
@@ -59,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                         help="write the full results (per question too) as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _spread(cases: list[Case], n: int | None) -> list[Case]:
+    if n is None or n >= len(cases):
+        return cases
+    return [cases[i * len(cases) // n] for i in range(n)]
 
 
 def _temperature(raw: str) -> float | None:
@@ -73,14 +86,15 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         print(f"eval: {exc}", file=sys.stderr)
         return 2
-    if args.limit is not None and args.limit < 1 or args.concurrency < 1:
-        print("eval: --limit and --concurrency must be at least 1", file=sys.stderr)
+    if any(n is not None and n < 1 for n in (args.limit, args.sample, args.concurrency)):
+        print("eval: --limit, --sample and --concurrency must be at least 1", file=sys.stderr)
         return 2
-    questions = [q for path in files for q in questions_of(cases_mod.load_cases(path, args.limit))]
+    questions = [q for path in files
+                 for q in questions_of(_spread(cases_mod.load_cases(path, args.limit), args.sample))]
     if not questions:
         print("eval: the cases hold no probe with a question and an answer", file=sys.stderr)
         return 2
-    opts = Options(args.model, args.max_tokens, temperature, args.judge_model)
+    opts = Options(args.model, args.max_tokens, temperature, args.judge_model, not args.no_tools)
     price_model = args.price_model or (args.model if price_for(args.model) else "gpt-4o")
     client = ChatClient(args.base_url, api_key_from(args.api_key), AnswerCache(args.cache or None),
                         args.concurrency, args.retries, args.timeout)

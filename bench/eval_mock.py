@@ -7,7 +7,7 @@ gold answer only when that probe's evidence (every exact substring, as ``bench.m
 the messages before the question; with no evidence listed, when the answer itself is
 visible. Otherwise it says it does not know. A rewrite that loses evidence therefore
 loses score, and one that keeps it loses none. As a judge (a prompt from
-``bench.eval_score.judge_prompt``) it says CORRECT when every word of the gold answer
+``bench.eval_score.judge_prompt``) it says CORRECT when every word of a gold answer
 is in the generated one.
 
 Usage is reported as the loopback mock upstream reports it (o200k tokens, simulated
@@ -67,20 +67,26 @@ class Reader:
             return UNKNOWN
         visible = visible_text(messages[:-1])
         # the same question asked of several conversations: the one this request shows most of
-        probe, _ = max(candidates, key=lambda c: sum(t in visible for t in c[1]))
-        if probe.evidence and all(e in visible for e in probe.evidence):
-            return probe.answer
-        if not probe.evidence and normalize(probe.answer) in normalize(visible):
-            return probe.answer
+        shown = [sum(t in visible for t in turns) for _, turns in candidates]
+        for (probe, _), n in zip(candidates, shown):
+            if n < max(shown):
+                continue
+            if probe.evidence and all(e in visible for e in probe.evidence):
+                return probe.answer
+            if not probe.evidence and normalize(probe.answer) in normalize(visible):
+                return probe.answer
         return UNKNOWN
 
 
 def judge(prompt: str) -> str:
     gold = re.search(r"^Gold answer: (.*)$", prompt, re.MULTILINE)
     said = re.search(r"^Generated answer: (.*)$", prompt, re.MULTILINE)
-    want = set(normalize(gold.group(1)).split()) if gold else set()
     got = set(normalize(said.group(1)).split()) if said else set()
-    return "CORRECT" if want and want <= got else "WRONG"
+    for answer in gold.group(1).split(" | ") if gold else ():
+        want = set(normalize(answer).split())
+        if want and want <= got:
+            return "CORRECT"
+    return "WRONG"
 
 
 @dataclass

@@ -99,7 +99,7 @@ def summarize(results: Sequence[Result], price_model: str, judged: bool,
 
 
 def _row(r: Result) -> dict[str, Any]:
-    return {"id": r.question.id, "category": r.question.category, "gold": r.question.gold,
+    return {"id": r.question.id, "category": r.question.category, "gold": list(r.question.golds),
             "answers": {arm: r.answers[arm].text for arm in ARMS},
             "f1": {arm: round(r.f1[arm], 4) for arm in ARMS},
             "judge": dict(r.judge) or None, "tokens": dict(r.tokens),

@@ -1,11 +1,13 @@
 """One eval run: each probe of each case asked twice, as the client sent it and as the
 rules rewrite it, and both answers scored.
 
-A *question* is one probe of one case. LoCoMo cases end with the probe's question, so the
+A *question* is one probe of one case (probes of a case that ask the same question are
+one question with several gold answers: ToolBench's "which value … appears"). LoCoMo cases end with the probe's question, so the
 case's messages are the request. Agent traces end on a tool result or user turn; the
 probe's question is appended as a last user turn (with ``ASK`` asking for the bare value),
 so it is the same in both arms and the rules see it as the current turn. Tool schemas go
-along with ``tool_choice: "none"``: the model answers in text.
+along with ``tool_choice: "none"`` (the model answers in text), unless ``--no-tools``
+leaves them out for servers that reject ``tools`` (llama.cpp without ``--jinja``).
 
 The rewrite runs in process through ``bench.systems.EngineSystem``, the path ``bench``
 uses (the server's ``Engine``, a fresh session per question, one shared memory store).
@@ -29,7 +31,7 @@ from typing import Any
 from bench.billing import OpenAISim, render
 from bench.cases import Case
 from bench.eval_client import Answer, ChatClient
-from bench.eval_score import judge_prompt, judge_verdict, strip_reasoning, token_f1
+from bench.eval_score import best_f1, judge_prompt, judge_verdict, strip_reasoning
 from bench.systems import EngineSystem, Outcome
 from proxy.tokens import TokenCounter
 from rules.base import text_of
@@ -44,7 +46,7 @@ class Question:
     id: str
     category: str
     question: str
-    gold: str
+    golds: tuple[str, ...]  # any of them answers the question
     messages: Messages
     tools: list[dict[str, Any]] | None = None
 
@@ -55,6 +57,7 @@ class Options:
     max_tokens: int = 200  # 0: not sent
     temperature: float | None = 0.0  # None: not sent
     judge_model: str | None = None
+    send_tools: bool = True  # False: tool schemas left out (servers that reject ``tools``)
 
 
 @dataclass
@@ -78,15 +81,18 @@ def questions_of(cases: Sequence[Case]) -> list[Question]:
     out: list[Question] = []
     for case in cases:
         category = str(case.meta.get("category_name") or case.dataset or "all")
-        probes = [p for p in case.probes if p.question.strip() and p.answer.strip()]
-        for n, probe in enumerate(probes):
+        golds: dict[str, list[str]] = {}  # question → its probes' answers, in case order
+        for p in case.probes:
+            if p.question.strip() and p.answer.strip():
+                golds.setdefault(p.question.strip(), []).append(p.answer)
+        for n, (question, answers) in enumerate(golds.items()):
             last = case.messages[-1] if case.messages else {}
-            if last.get("role") == "user" and text_of(last).strip() == probe.question.strip():
+            if last.get("role") == "user" and text_of(last).strip() == question:
                 messages = case.messages
             else:
-                messages = case.messages + [{"role": "user", "content": probe.question + ASK}]
-            qid = case.id if len(probes) == 1 else f"{case.id}#{n}"
-            out.append(Question(qid, category, probe.question, probe.answer, messages, case.tools))
+                messages = case.messages + [{"role": "user", "content": question + ASK}]
+            qid = case.id if len(golds) == 1 else f"{case.id}#{n}"
+            out.append(Question(qid, category, question, tuple(answers), messages, case.tools))
     return out
 
 
@@ -97,7 +103,7 @@ def chat_body(opts: Options, model: str, messages: Messages,
         body["temperature"] = opts.temperature
     if opts.max_tokens:
         body["max_tokens"] = opts.max_tokens
-    if tools:
+    if tools and opts.send_tools:
         body["tools"] = tools
         body["tool_choice"] = "none"
     return body
@@ -113,14 +119,14 @@ async def _ask_both(q: Question, out: Outcome, client: ChatClient, opts: Options
     for arm, answer in zip(ARMS, answers):
         text = strip_reasoning(answer.text)
         result.answers[arm] = answer
-        result.f1[arm] = token_f1(text, q.gold)
+        result.f1[arm] = best_f1(text, q.golds)
         result.tokens[arm] = counter.request(sent[arm], q.tools)
         reported = (answer.usage or {}).get("completion_tokens")
         result.completion[arm] = int(reported) if isinstance(reported, int) else counter.text(answer.text)
     if opts.judge_model and result.error is None:
         verdicts = await asyncio.gather(*(client.ask(chat_body(
             opts, opts.judge_model,
-            [{"role": "user", "content": judge_prompt(q.question, q.gold,
+            [{"role": "user", "content": judge_prompt(q.question, q.golds,
                                                       strip_reasoning(result.answers[arm].text))}],
             None)) for arm in ARMS))
         for arm, verdict in zip(ARMS, verdicts):

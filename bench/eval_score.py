@@ -2,7 +2,8 @@
 
 - token F1 against the gold answer after SQuAD's normalisation (lower case, punctuation
   and the articles a/an/the removed, whitespace collapsed), the measure LoCoMo and mem0
-  report beside a judge's verdict;
+  report beside a judge's verdict; with several gold answers (a question that any of
+  several values answers), the best of them, as SQuAD scores;
 - an LLM judge's verdict (``judge_prompt`` / ``judge_verdict``): CORRECT or WRONG, with
   the generous wording mem0's LoCoMo judge uses (same topic and facts = correct);
 - a paired bootstrap: the mean of per-question differences (rewritten − original) with a
@@ -41,16 +42,22 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def best_f1(prediction: str, golds: Sequence[str]) -> float:
+    return max((token_f1(prediction, g) for g in golds), default=0.0)
+
+
 def strip_reasoning(text: str) -> str:
     """The answer without a ``<think>…</think>`` block (Qwen3, DeepSeek-R1 on Ollama or
     vLLM without a reasoning parser); an unclosed block (cut by max_tokens) goes whole."""
     return _THINK.sub("", text).strip()
 
 
-def judge_prompt(question: str, gold: str, answer: str) -> str:
+def judge_prompt(question: str, golds: Sequence[str], answer: str) -> str:
+    gold = " | ".join(golds)
     return (f"{JUDGE_HEAD} The gold answer is the ground truth. Be generous: an answer "
             "that names the same thing, date or fact as the gold answer is CORRECT even "
-            "if it is longer or worded differently; a date in another format is CORRECT. "
+            "if it is longer or worded differently; a date in another format is CORRECT; "
+            "where several gold answers are given (separated by |), any one of them is. "
             "Reply with one word, CORRECT or WRONG.\n\n"
             f"Question: {question}\nGold answer: {gold}\nGenerated answer: {answer}")
 

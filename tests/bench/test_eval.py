@@ -8,10 +8,12 @@ import json
 import pytest
 
 from bench.cases import Case, Probe, data_dir, load_cases, resolve_file
+from bench.eval_cli import _spread
 from bench.eval_client import CACHE_FILE, AnswerCache, ChatClient
 from bench.eval_mock import UNKNOWN, EvalMock, Reader
-from bench.eval_run import ASK, questions_of
+from bench.eval_run import ASK, Options, chat_body, questions_of
 from bench.eval_score import (
+    best_f1,
     judge_prompt,
     judge_verdict,
     normalize,
@@ -92,6 +94,25 @@ def test_questions_are_appended_to_traces_and_reused_from_locomo_cases():
     assert qs[0].messages[-1] == {"role": "user", "content": "When does boarding close?" + ASK}
     asked = Case("l/1", [{"role": "user", "content": "Where?"}], (Probe("Where?", "Paris", ()),))
     assert questions_of([asked])[0].messages == asked.messages
+    either = Case("t/1", asked.messages, (Probe("Which value?", "98800", ("98800",)),
+                                         Probe("Which value?", "a@b.nc", ("a@b.nc",))))
+    (q,) = questions_of([either])
+    assert q.id == "t/1" and q.golds == ("98800", "a@b.nc")
+    assert best_f1("a@b.nc", q.golds) == 1.0 and best_f1("", q.golds) == 0.0
+
+
+def test_sample_spreads_cases_through_the_file():
+    assert _spread(list(range(10)), 3) == [0, 3, 6]
+    assert _spread(list(range(2)), 5) == [0, 1] and _spread([7], None) == [7]
+
+
+def test_requests_carry_tools_with_tool_choice_none_unless_left_out():
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+    body = chat_body(Options("m"), "m", [], tools)
+    assert body == {"model": "m", "messages": [], "temperature": 0.0, "max_tokens": 200,
+                    "tools": tools, "tool_choice": "none"}
+    bare = chat_body(Options("m", max_tokens=0, temperature=None, send_tools=False), "m", [], tools)
+    assert bare == {"model": "m", "messages": []}
 
 
 def test_the_mock_reader_answers_only_from_visible_evidence():
@@ -102,8 +123,8 @@ def test_the_mock_reader_answers_only_from_visible_evidence():
     without = [m for m in q.messages if not str(m.get("content")).startswith("DROP-ME")]
     assert reader.answer(without) == UNKNOWN
     assert reader.answer(q.messages[-1:]) == UNKNOWN  # the question alone shows nothing
-    assert reader.answer([{"role": "user", "content": judge_prompt("q", "21:40", "at 21:40")}]) == "CORRECT"
-    assert reader.answer([{"role": "user", "content": judge_prompt("q", "21:40", "21:45")}]) == "WRONG"
+    assert reader.answer([{"role": "user", "content": judge_prompt("q", ("9", "21:40"), "at 21:40")}]) == "CORRECT"
+    assert reader.answer([{"role": "user", "content": judge_prompt("q", ("21:40",), "21:45")}]) == "WRONG"
 
 
 def _eval(argv, tmp_path, name="out"):
