@@ -83,22 +83,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(args), turns=args.turns)
 
 
-def cmd_bench(argv: list[str]) -> int:
-    try:
-        from context_engine.bench.cli import main as bench_main
-    except ImportError:
-        print("context-engine: the bench is not installed in this build", file=sys.stderr)
-        return 2
-    return int(bench_main(argv))
+BENCH_COMMANDS = {"bench": "context_engine.bench.cli", "eval": "context_engine.bench.eval_cli"}
 
 
-def cmd_eval(argv: list[str]) -> int:
+def cmd_bench(name: str, argv: list[str]) -> int:
+    """``bench`` and ``eval``: their own parsers, in the bench package (which a slim build
+    may leave out)."""
+    import importlib
+
     try:
-        from bench.eval_cli import main as eval_main
+        module = importlib.import_module(BENCH_COMMANDS[name])
     except ImportError:
-        print("context-engine: the eval is not installed in this build", file=sys.stderr)
+        print(f"context-engine: the {name} is not installed in this build", file=sys.stderr)
         return 2
-    return int(eval_main(argv))
+    return int(module.main(argv))
 
 
 def rules_yaml() -> str:
@@ -175,10 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench"]:
-        return cmd_bench(argv[1:])
-    if argv[:1] == ["eval"]:
-        return cmd_eval(argv[1:])
+    if argv[:1] and argv[0] in BENCH_COMMANDS:
+        return cmd_bench(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     try:
         result: Any = args.func(args)
