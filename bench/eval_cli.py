@@ -17,14 +17,14 @@ import sys
 import time
 from typing import Any
 
-from bench import cases as cases_mod
-from bench.cases import Case
-from bench.eval_client import AnswerCache, ChatClient, api_key_from
-from bench.eval_report import render, summarize, write_json
-from bench.eval_run import Options, evaluate, questions_of
-from bench.systems import EngineSystem, engine_settings
-from proxy.pricing import price_for
-from proxy.settings import ConfigError
+from context_engine.bench import cases as cases_mod
+from context_engine.bench.cases import Case
+from context_engine.bench.eval_client import AnswerCache, ChatClient, api_key_from
+from context_engine.bench.eval_report import render, summarize, write_json
+from context_engine.bench.eval_run import Options, evaluate, questions_of
+from context_engine.bench.systems import EngineSystem, engine_settings
+from context_engine.proxy.billing.pricing import price_for
+from context_engine.proxy.settings import ConfigError
 
 DEFAULT_FILES = ("locomo", "agent_traces")
 

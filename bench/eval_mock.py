@@ -3,8 +3,8 @@
 It plays a perfect reader with no memory of its own: it knows the probes of the case
 files it was given (a question asked of several conversations is matched to the one
 whose user turns the request shows most of), and answers a probe's question with the
-gold answer only when that probe's evidence (every exact substring, as ``bench.metrics`` sees text) is visible in
-the messages before the question; with no evidence listed, when the answer itself is
+gold answer only when that probe's evidence (every exact substring, as
+``bench.metrics`` sees text) is visible in the messages before the question; with no evidence listed, when the answer itself is
 visible. Otherwise it says it does not know. A rewrite that loses evidence therefore
 loses score, and one that keeps it loses none. As a judge (a prompt from
 ``bench.eval_score.judge_prompt``) it says CORRECT when every word of a gold answer
@@ -14,7 +14,8 @@ Usage is reported as the loopback mock upstream reports it (o200k tokens, simula
 prefix caching), or left out (``omit_usage``) as some local servers do. Models
 ``mock-429`` and ``mock-500`` answer with that error.
 
-``python -m bench.eval_mock locomo agent_traces --port 8790 [--no-usage] [--delay S]``.
+``python -m context_engine.bench.eval_mock locomo agent_traces --port 8790 [--no-usage]
+[--delay S]``.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from bench.cases import Case, Probe
-from bench.eval_run import ASK
-from bench.eval_score import JUDGE_HEAD, normalize
-from bench.metrics import visible_text
-from proxy.mock_upstream import MockState, ServerThread, _prompt_tokens
-from rules.base import text_of
+from context_engine.bench.cases import Case, Probe
+from context_engine.bench.eval_run import ASK
+from context_engine.bench.eval_score import JUDGE_HEAD, normalize
+from context_engine.bench.metrics import visible_text
+from context_engine.proxy.demo.mock_upstream import MockState, ServerThread, _prompt_tokens
+from context_engine.rules.base import text_of
 
 UNKNOWN = "I don't know."
 
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from bench.cases import load_cases, resolve_file
+    from context_engine.bench.cases import load_cases, resolve_file
 
     p = argparse.ArgumentParser(description="eval's reader model on 127.0.0.1")
     p.add_argument("files", nargs="+", help="case files whose probes it answers")

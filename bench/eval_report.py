@@ -15,9 +15,9 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.eval_run import ARMS, Result
-from bench.eval_score import mean, paired_bootstrap
-from proxy.pricing import Price, price_for
+from context_engine.bench.eval_run import ARMS, Result
+from context_engine.bench.eval_score import mean, paired_bootstrap
+from context_engine.proxy.billing.pricing import Price, price_for
 
 Score = Callable[[Result, str], float | None]
 

@@ -16,8 +16,9 @@ rewrite is ready, at most ``--concurrency`` at once.
 
 Tokens are counted (o200k_base, tool schemas included) for every request. Their cached
 share comes from replaying both arms' requests, in file order, through OpenAI's prefix
-caching as ``bench.billing.OpenAISim`` simulates it: questions about one conversation share its whole prefix
-when sent unchanged, which a rewrite that differs per question gives up.
+caching as ``bench.billing.OpenAISim`` simulates it: questions about one conversation
+share its whole prefix when sent unchanged, which a rewrite that differs per question
+gives up.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.billing import OpenAISim, render
-from bench.cases import Case
-from bench.eval_client import Answer, ChatClient
-from bench.eval_score import best_f1, judge_prompt, judge_verdict, strip_reasoning
-from bench.systems import EngineSystem, Outcome
-from proxy.tokens import TokenCounter
-from rules.base import text_of
+from context_engine.bench.billing import OpenAISim, render
+from context_engine.bench.cases import Case
+from context_engine.bench.eval_client import Answer, ChatClient
+from context_engine.bench.eval_score import best_f1, judge_prompt, judge_verdict, strip_reasoning
+from context_engine.bench.systems import EngineSystem, Outcome
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.base import text_of
 
 Messages = list[dict[str, Any]]
 ARMS = ("original", "rewritten")

@@ -1,5 +1,5 @@
 """``context-engine eval`` end to end: the real CLI, the server's rewrite path in process,
-and a real HTTP model on loopback (``bench.eval_mock``) that answers only from what the
+and a real HTTP model on loopback (``context_engine.bench.eval_mock``) that answers only from what the
 request shows."""
 
 import asyncio
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from bench.cases import Case, Probe, data_dir, load_cases, resolve_file
-from bench.eval_cli import _spread
-from bench.eval_client import CACHE_FILE, AnswerCache, ChatClient
-from bench.eval_mock import UNKNOWN, EvalMock, Reader
-from bench.eval_run import ASK, Options, chat_body, questions_of
-from bench.eval_score import (
+from context_engine.bench.cases import Case, Probe, data_dir, load_cases, resolve_file
+from context_engine.bench.eval_cli import _spread
+from context_engine.bench.eval_client import CACHE_FILE, AnswerCache, ChatClient
+from context_engine.bench.eval_mock import UNKNOWN, EvalMock, Reader
+from context_engine.bench.eval_run import ASK, Options, chat_body, questions_of
+from context_engine.bench.eval_score import (
     best_f1,
     judge_prompt,
     judge_verdict,
@@ -21,9 +21,9 @@ from bench.eval_score import (
     strip_reasoning,
     token_f1,
 )
-from bench.metrics import probe_retained, visible_text
-from bench.systems import EngineSystem, engine_settings
-from proxy.cli import main
+from context_engine.bench.metrics import probe_retained, visible_text
+from context_engine.bench.systems import EngineSystem, engine_settings
+from context_engine.proxy.cli import main
 from tests.bench.conftest import agent_messages
 
 DATA = data_dir()
