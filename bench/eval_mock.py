@@ -38,7 +38,7 @@ from context_engine.bench.eval_run import ASK
 from context_engine.bench.eval_score import JUDGE_HEAD, normalize
 from context_engine.bench.metrics import visible_text
 from context_engine.proxy.demo.mock_upstream import MockState, ServerThread, _prompt_tokens
-from context_engine.rules.base import text_of
+from context_engine.proxy.engine.messages import text_of
 
 UNKNOWN = "I don't know."
 

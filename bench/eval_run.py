@@ -34,8 +34,8 @@ from context_engine.bench.cases import Case
 from context_engine.bench.eval_client import Answer, ChatClient
 from context_engine.bench.eval_score import best_f1, judge_prompt, judge_verdict, strip_reasoning
 from context_engine.bench.systems import EngineSystem, Outcome
+from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.base import text_of
 
 Messages = list[dict[str, Any]]
 ARMS = ("original", "rewritten")
