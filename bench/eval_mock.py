@@ -3,12 +3,12 @@
 It plays a perfect reader with no memory of its own: it knows the probes of the case
 files it was given (a question asked of several conversations is matched to the one
 whose user turns the request shows most of), and answers a probe's question with the
-gold answer only when that probe's evidence (every exact substring, as
-``bench.metrics`` sees text) is visible in the messages before the question; with no evidence listed, when the answer itself is
-visible. Otherwise it says it does not know. A rewrite that loses evidence therefore
-loses score, and one that keeps it loses none. As a judge (a prompt from
-``bench.eval_score.judge_prompt``) it says CORRECT when every word of a gold answer
-is in the generated one.
+gold answer only when that probe's evidence (every exact substring, as ``visible_text``
+in bench/metrics.py sees text) is visible in the messages before the question; with no
+evidence listed, when the answer itself is visible. Otherwise it says it does not know.
+A rewrite that loses evidence therefore loses score, and one that keeps it loses none.
+As a judge (a prompt from ``judge_prompt`` in bench/eval_score.py) it says CORRECT
+when every word of a gold answer is in the generated one.
 
 Usage is reported as the loopback mock upstream reports it (o200k tokens, simulated
 prefix caching), or left out (``omit_usage``) as some local servers do. Models

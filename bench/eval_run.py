@@ -9,14 +9,14 @@ so it is the same in both arms and the rules see it as the current turn. Tool sc
 along with ``tool_choice: "none"`` (the model answers in text), unless ``--no-tools``
 leaves them out for servers that reject ``tools`` (llama.cpp without ``--jinja``).
 
-The rewrite runs in process through ``bench.systems.EngineSystem``, the path ``bench``
+The rewrite runs in process through ``EngineSystem`` (bench/systems.py), the path ``bench``
 uses (the server's ``Engine``, a fresh session per question, one shared memory store).
 Rewrites run one after another in file order; the questions go to the server as their
 rewrite is ready, at most ``--concurrency`` at once.
 
 Tokens are counted (o200k_base, tool schemas included) for every request. Their cached
 share comes from replaying both arms' requests, in file order, through OpenAI's prefix
-caching as ``bench.billing.OpenAISim`` simulates it: questions about one conversation
+caching as ``OpenAISim`` (bench/billing.py) simulates it: questions about one conversation
 share its whole prefix when sent unchanged, which a rewrite that differs per question
 gives up.
 """
