@@ -22,7 +22,7 @@ from context_engine.proxy.engine.contract import Embedder
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.settings import Settings, load_settings
-from context_engine.proxy.store.stores import MemoryStore
+from context_engine.proxy.store.stores import MemoryStore, Store
 
 Messages = list[dict[str, Any]]
 
@@ -108,7 +108,7 @@ class EngineSystem:
     name: str
     settings: Settings
     model: str = "gpt-4o"
-    store: MemoryStore = field(default_factory=MemoryStore)
+    store: Store = field(default_factory=MemoryStore)
     embedder: Embedder | None = None
 
     def open(self, session_id: str) -> Session:

@@ -80,6 +80,25 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
     return bool(novel)
 
 
+_BROAD = re.compile(
+    r"^\s*(would|could|might|is it likely|what (might|would|could|kind|are|activities)|"
+    r"how many|which \w+s\b)|\b(likely|might|potentially|probably|would)\b|"
+    r"\b(both|all|some|ever)\b|\bwhat \w+s (has|have|did|does|do)\b",
+    re.IGNORECASE,
+)
+_SECOND_PERSON = re.compile(r"\b(you|your|yours|yourself)\b", re.IGNORECASE)
+
+
+def is_broad(query: str) -> bool:
+    """A question that asks for several things or a judgement drawn from many turns:
+    "What books has Tim read?", "How many games…", "Would Caroline…", "…likely…".
+    Only a question (it ends with "?") that is not put to the other speaker ("Would
+    you…?" is conversation, not a question about the past)."""
+    text = query.strip()
+    return text.endswith(("?", "？")) and not _SECOND_PERSON.search(text) \
+        and bool(_BROAD.search(text))
+
+
 def _stem(word: str) -> str:
     for suffix in ("ing", "ed", "es", "s"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):

@@ -11,7 +11,9 @@ What it does
     named speaker's own words; its month and year scoping sessions; names in the best
     hits searched again; neighbouring turns decayed by distance — ``memory_search``)
     picks the relevant snippets, and they come back as one ``[context-engine:memory]``
-    user message just before that user turn.
+    user message just before that user turn. The zone holds ``max_snippet_tokens``; a
+    question asking for several things or a judgement (``query.is_broad``) gets
+    ``broad_budget`` and proportionally more seeds.
 
 Cost
     Nothing is embedded for a session until turns leave its request, and then only
@@ -43,16 +45,15 @@ Risks
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from context_engine.proxy.engine.context import MemoryFigures, RequestContext
-from context_engine.proxy.engine.contract import RuleDeps, option
+from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
@@ -67,7 +68,8 @@ from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.query import needs_memory, terms
+from context_engine.rules.retrieve.config import RetrieveConfig
+from context_engine.rules.retrieve.query import is_broad, needs_memory, terms
 from context_engine.rules.retrieve.search import (
     SNIPPET_OVERHEAD,
     Hit,
@@ -79,56 +81,7 @@ from context_engine.rules.retrieve.search import (
 from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
-POSITIONS = ("before_last_user", "after_system")
 ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
-
-
-@dataclass(frozen=True)
-class RetrieveConfig:
-    window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
-    block: int = option(4, "older units leave the request in closed blocks of this size")
-    min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
-    min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
-    top_k: int = option(32, "at most this many best-scoring snippets per query (before neighbours)")
-    threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
-    neighbours: int = option(2, "turns on each side of a hit that may come with it")
-    neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
-    max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
-    max_snippet_tokens: int = option(2000, "token budget of one memory zone")
-    bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
-    bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
-    speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
-    fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
-    expansion: float = option(0.7, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
-    first_person: bool = option(True, "also search a question about a named speaker as that speaker's own words (Melanie's → my)")
-    date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
-    gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
-    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
-    embedder: str = option("auto", "auto | minilm | minilm-ort | hashing | litellm:<model>")
-    keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
-    context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
-    max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
-    knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
-    knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
-    max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
-    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then (0 = no cap)")
-
-    def __post_init__(self) -> None:
-        if self.position not in POSITIONS:
-            raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
-        if self.gate not in ("auto", "always"):
-            raise ValueError("gate must be auto or always")
-        if self.window < 1 or self.block < 1 or self.top_k < 1:
-            raise ValueError("window, block and top_k must be at least 1")
-        if self.max_embed < 0 or self.max_sessions < 1:
-            raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
-        if not 0.0 <= self.neighbour_decay <= 1.0:
-            raise ValueError("neighbour_decay must be between 0 and 1")
-        if self.knowledge_date:
-            try:
-                dt.date.fromisoformat(self.knowledge_date)
-            except ValueError:
-                raise ValueError(f"knowledge_date must be an ISO date (YYYY-MM-DD), got {self.knowledge_date!r}") from None
 
 
 def _is_memory(m: Any) -> bool:
@@ -203,7 +156,8 @@ class Retrieve:
         if budget <= 0:
             return []
         embed = self.cache.get
-        params = replace(self.params, max_tokens=budget)
+        wide = max(1.0, budget / self.params.max_tokens)  # a broad question's budget: more seeds
+        params = replace(self.params, max_tokens=budget, top_k=round(self.params.top_k * wide))
         hits: list[Hit] = []
         if idx.chunks:
             self._vectorize(idx, query, allowance)
@@ -279,7 +233,9 @@ class Retrieve:
             window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
             if not self._needs_memory(query, window, idx):
                 continue
-            budget = min(self.params.max_tokens, left - ZONE_OVERHEAD)
+            wanted = self.config.broad_budget if self.config.broad_budget and is_broad(query) \
+                else self.params.max_tokens
+            budget = min(wanted, left - ZONE_OVERHEAD)
             hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
             if hits:
                 zones[u] = (render(hits), hits)

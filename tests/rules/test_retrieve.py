@@ -21,7 +21,7 @@ from context_engine.rules.acknowledgements import is_acknowledgement
 from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
 from context_engine.rules.retrieve.index import chunk_messages
 from context_engine.rules.retrieve.knowledge_base import Document, clauses, valid_documents
-from context_engine.rules.retrieve.query import bm25_weight, sub_queries, terms
+from context_engine.rules.retrieve.query import bm25_weight, is_broad, sub_queries, terms
 from context_engine.rules.retrieve.rule import Retrieve, RetrieveConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 

@@ -1,0 +1,59 @@
+"""The options of ``retrieve`` (``context-engine rules`` lists them with their help)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from context_engine.proxy.engine.contract import option
+
+POSITIONS = ("before_last_user", "after_system")
+
+
+@dataclass(frozen=True)
+class RetrieveConfig:
+    window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
+    block: int = option(4, "older units leave the request in closed blocks of this size")
+    min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
+    min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
+    top_k: int = option(32, "at most this many best-scoring snippets per query (before neighbours)")
+    threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
+    neighbours: int = option(1, "turns on each side of a hit that may come with it")
+    neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
+    max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
+    max_snippet_tokens: int = option(2000, "token budget of one memory zone")
+    broad_budget: int = option(4000, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
+    bm25_weight: float = option(0.5, "weight of BM25 in the fused score (the rest is embeddings)")
+    bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
+    speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
+    fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
+    expansion: float = option(0.7, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
+    first_person: bool = option(True, "also search a question about a named speaker as that speaker's own words (Melanie's → my)")
+    date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
+    gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
+    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
+    embedder: str = option("auto", "auto | minilm | minilm-ort | hashing | litellm:<model>")
+    keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
+    context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
+    max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
+    knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
+    knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
+    max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
+    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then (0 = no cap)")
+
+    def __post_init__(self) -> None:
+        if self.position not in POSITIONS:
+            raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
+        if self.gate not in ("auto", "always"):
+            raise ValueError("gate must be auto or always")
+        if self.window < 1 or self.block < 1 or self.top_k < 1:
+            raise ValueError("window, block and top_k must be at least 1")
+        if self.max_embed < 0 or self.max_sessions < 1:
+            raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
+        if not 0.0 <= self.neighbour_decay <= 1.0:
+            raise ValueError("neighbour_decay must be between 0 and 1")
+        if self.knowledge_date:
+            try:
+                dt.date.fromisoformat(self.knowledge_date)
+            except ValueError:
+                raise ValueError(f"knowledge_date must be an ISO date (YYYY-MM-DD), got {self.knowledge_date!r}") from None

@@ -1,0 +1,31 @@
+"""bench/memory_eval.py and bench/budget_curve.py: pooled scores and the budget knob's options."""
+
+from __future__ import annotations
+
+from bench.budget_curve import options_for, table
+from bench.crossval import PARTS, SPACE, _changed
+from bench.memory_eval import Row, score
+
+
+def test_score_pools_tokens_and_counts_per_category():
+    rows = [Row("a", "c1", "multi-hop", True, 1000, 100), Row("b", "c1", "temporal", False, 3000, 300),
+            Row("c", "c2", "multi-hop", False, 1000, 600)]
+    s = score(rows)
+    assert (s.kept, s.cases) == (1, 3)
+    assert abs(s.reduction - (1 - 1000 / 5000)) < 1e-12
+    assert s.by_category == {"multi-hop": (1, 2), "temporal": (0, 1)}
+
+
+def test_budget_options_keep_the_broad_ratio_and_the_configured_point_is_the_memo_key():
+    configured = {"max_snippet_tokens": 2000, "broad_budget": 4000}
+    assert options_for(2000, configured) == {}
+    assert options_for(1000, configured) == {"max_snippet_tokens": 1000, "broad_budget": 2000}
+    assert options_for(1000, {"max_snippet_tokens": 2000, "broad_budget": 0}) == {"max_snippet_tokens": 1000}
+    s = score([Row("a", "c1", "temporal", True, 100, 10)])
+    assert "| 1,000 | 90.0% | 100.0% | 1/1 |" in table([(1000, s)], ["temporal"])
+
+
+def test_every_part_can_be_turned_off_by_the_search():
+    for part, off in PARTS.items():
+        assert SPACE[part][0] == off
+    assert _changed({"a": 1, "b": 2}, {"a": 1, "b": 3}) == {"b": 2}
