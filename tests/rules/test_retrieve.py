@@ -302,3 +302,25 @@ def test_properties(msgs, keep_tools, position):
     assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
     again = asyncio.run(Retrieve(RetrieveConfig(**opts), deps).apply(out))
     assert again.messages == out.messages
+
+
+@pytest.mark.parametrize("question,broad", [
+    ("What books has Tim read?", True), ("How many games has John won?", True),
+    ("Would Caroline pursue writing as a career?", True), ("What might John's job be?", True),
+    ("What is my passport number?", False), ("When did Melanie paint a sunrise?", False),
+])
+def test_broad_questions_are_told_apart(question, broad):
+    assert is_broad(question) is broad
+
+
+def test_broad_question_gets_broad_budget_and_narrow_one_does_not():
+    topics = ["lighthouse", "volcano", "orchard", "glacier", "harbour", "desert", "castle", "forest",
+              "canal", "island", "comet", "bridge", "meadow", "tunnel", "reef"]
+    facts = {2 * i: f"Novel {i}: I read one set near a {t} by author {chr(65 + i)}ardo." for i, t in enumerate(topics)}
+    options = {**SMALL, "max_snippet_tokens": 80, "threshold": 0.0, "gate": "always", "broad_budget": 0}
+    for question, broad in (("What novels have I read?", True), ("Which novel was set near the glacier?", False)):
+        msgs = chat(facts, 32, question)
+        small = COUNTER.text(memory_of(run_rule(Retrieve, msgs, **options).messages)[0])
+        wide = COUNTER.text(memory_of(run_rule(Retrieve, msgs, **{**options, "broad_budget": 300}).messages)[0])
+        assert small <= 80 + 30
+        assert (wide > 2 * small and wide <= 300 + 30) if broad else wide == small
