@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.memory_eval import DEFAULT_STORE, Evaluator, Score, load_locomo, score
+from context_engine.bench.memory_eval import DEFAULT_STORE, Evaluator, Score, load_locomo, score
 
 BUDGETS = (800, 1200, 1600, 2000, 2400, 3000, 4000, 6000)
 

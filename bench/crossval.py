@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.memory_eval import DEFAULT_STORE, Evaluator, Row, load_locomo, score
+from context_engine.bench.memory_eval import DEFAULT_STORE, Evaluator, Row, load_locomo, score
 
 # Option → values the search tries. The first value of each ranking part is "off".
 SPACE: dict[str, list[Any]] = {
@@ -120,6 +120,10 @@ def _line(label: str, r: dict[str, Any]) -> str:
             f"reduction {100 * r['reduction']:5.2f}%  {cats}")
 
 
+def _write(path: str, out: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
 async def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="locomo", help="LoCoMo JSONL file or its name in the data folder")
@@ -156,7 +160,7 @@ async def main(argv: list[str] | None = None) -> int:
             delta = r["kept"] - out["crossval"]["kept"]
             print(_line(f"without {part} ({delta:+d})", r), flush=True)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+        _write(args.json_out, out)
     print(f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import cases as cases_mod
-from bench.cases import Case
-from bench.metrics import probe_retained, visible_text
-from bench.systems import EngineSystem, engine_settings
-from proxy.settings import Settings, build_rule_config
-from proxy.store import DiskStore
-from proxy.tokens import TokenCounter
+from context_engine.bench import cases as cases_mod
+from context_engine.bench.cases import Case
+from context_engine.bench.metrics import probe_retained, visible_text
+from context_engine.bench.systems import EngineSystem, engine_settings
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.settings import Settings, build_rule_config
+from context_engine.proxy.store.stores import DiskStore
 
 DEFAULT_STORE = ".context-engine/memory-eval"
 CATEGORIES = ("multi-hop", "open-domain", "single-hop", "temporal")
@@ -65,8 +65,8 @@ def conversation(case: Case) -> str:
 def _sources_hash() -> str:
     root = Path(__file__).resolve().parent.parent / "rules"
     digest = hashlib.sha256()
-    for path in sorted(root.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 
@@ -79,7 +79,7 @@ class Evaluator:
         self.base = engine_settings(None, config)
         Path(store_dir).mkdir(parents=True, exist_ok=True)
         self.store = DiskStore(str(Path(store_dir) / "store"))
-        self.extra: dict[str, Any] = {}
+        self.embedder: Any = None  # one embedder for every option set
         self.counter = TokenCounter("o200k_base")
         self.rows_path = Path(store_dir) / "rows.json"
         self.memo: dict[str, dict[str, list[Any]]] = (
@@ -105,7 +105,8 @@ class Evaluator:
         todo = [c for c in self.cases if c.id not in done]
         if todo:
             system = EngineSystem("engine", self.settings(options), store=self.store,
-                                  extra=self.extra)
+                                  embedder=self.embedder)
+            self.embedder = system.shared_embedder()
             sessions: dict[str, Any] = {}
             for case in todo:  # a conversation's cases share its history: one session each
                 conv = conversation(case)

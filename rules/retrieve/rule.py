@@ -64,11 +64,11 @@ from context_engine.proxy.engine.messages import (
     text_of,
 )
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.query import is_broad, needs_memory, terms
 from context_engine.rules.retrieve.search import (
     SNIPPET_OVERHEAD,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bench.budget_curve import options_for, table
-from bench.crossval import PARTS, SPACE, _changed
-from bench.memory_eval import Row, score
+from context_engine.bench.budget_curve import options_for, table
+from context_engine.bench.crossval import PARTS, SPACE, _changed
+from context_engine.bench.memory_eval import Row, score
 
 
 def test_score_pools_tokens_and_counts_per_category():
