@@ -18,7 +18,7 @@ class RetrieveConfig:
     min_drop_ratio: float = option(2.0, "…and at least this many times the system prompt plus the first window units that stay")
     top_k: int = option(32, "at most this many best-scoring snippets per query (before neighbours)")
     threshold: float = option(0.3, "minimum fused score (normalised, best chunk ≈ 1) of a snippet")
-    neighbours: int = option(1, "turns on each side of a hit that may come with it")
+    neighbours: int = option(2, "turns on each side of a hit that may come with it")
     neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
     max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
     max_snippet_tokens: int = option(2000, "token budget of one memory zone")
