@@ -2,8 +2,8 @@
 ``bench/budget_curve.py`` measure for one set of ``retrieve`` options.
 
 Each case (one question at the end of a whole conversation) goes through the project's
-pipeline (``bench.systems.EngineSystem``: the configured rules, ``retrieve`` with the
-given options) in a fresh session, and gives one row: its conversation, category,
+pipeline (``EngineSystem`` of bench/systems.py: the configured rules, ``retrieve`` with the
+given options) and gives one row: its conversation, category,
 whether every evidence substring stayed visible, and request tokens before and after.
 
 The store is a directory (diskcache) shared by every run: each turn is embedded once,
