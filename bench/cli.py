@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opaque", action="store_true",
                         help="--api responses|anthropic: add a reasoning/thinking item to every "
                              "assistant turn and count requests that kept them byte for byte")
+    parser.add_argument("--recall", action="store_true",
+                        help="single mode: the engine offers context_recall and a scripted careful "
+                             "model recalls missing evidence a marker names (bench/recall_model.py)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -92,6 +95,9 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                   markup=False)
         return 2
     systems = build_systems(settings, args.last_n, args.mask_keep, args.model, kinds, variants)
+    for s in systems:
+        if isinstance(s, EngineSystem):
+            s.recall = args.recall
     if args.api != "chat":
         systems = [WireSystem(s, args.api, args.opaque) if isinstance(s, EngineSystem) else s
                    for s in systems]

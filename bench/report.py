@@ -129,6 +129,23 @@ def latency_growth(file: str, result: dict[str, Any]) -> Table:
     return table
 
 
+def recall_table(file: str, result: dict[str, Any]) -> Table | None:
+    """bench --recall: evidence reachable directly or after recall, and total tokens."""
+    rows = [(name, s["recall"]) for name, s in result["systems"].items() if "recall" in s]
+    if not rows:
+        return None
+    table = Table(title=f"{file}: recall (careful model; total tokens include recall rounds)")
+    for col in ("system", "probes", "visible", "reachable (id)", "rounds", "total tokens",
+                "reduction", "reachable (query)", "total tokens (query)", "reduction (query)"):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for name, r in rows:
+        table.add_row(name, str(r["probes"]), _pct(r["direct"]), _pct(r["reachable_by_id"]),
+                      str(r["rounds_id"]), f"{r['total_tokens_id']:,}", _pct(r["reduction_id"]),
+                      _pct(r["reachable_by_query"]), f"{r['total_tokens_query']:,}",
+                      _pct(r["reduction_query"]))
+    return table
+
+
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
     if console is None:
         console = Console()
@@ -146,6 +163,9 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         if ab is not None:
             console.print(ab)
         table = rules_table(file, result)
+        if table is not None:
+            console.print(table)
+        table = recall_table(file, result)
         if table is not None:
             console.print(table)
 

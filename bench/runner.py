@@ -46,6 +46,8 @@ async def run_single(cases: Sequence[Case], systems: Sequence[Any],
             text = visible_text(out.messages)
             for probe in case.probes:
                 tally.add_probe(case.id, probe.evidence, probe_retained(probe.evidence, text))
+            if getattr(system, "recall", False):
+                tally.recall.add(case, out, counters[0])
     return tallies
 
 

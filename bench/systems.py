@@ -23,6 +23,7 @@ from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.settings import Settings, load_settings
 from context_engine.proxy.store.stores import MemoryStore, Store
+from proxy.recall_tool import can_offer
 
 Messages = list[dict[str, Any]]
 
@@ -39,6 +40,7 @@ class Outcome:
     reverted_because: list[str] = field(default_factory=list)  # the pipeline's invariant check
     background_ms: float = 0.0  # work done after the request, while the model would reply
     over_deadline: bool = False  # the rewrite took longer than rules_deadline_ms (the server sends the original)
+    recall: Any = None  # the engine's recall state (markers made, tool offered)
 
 
 class Session(Protocol):
@@ -76,13 +78,15 @@ class _EngineSession:
     engine: Engine
     session_id: str
     model: str
+    recall: bool = False  # offer context_recall as if the client had tools (bench --recall)
 
     async def rewrite(self, messages: Messages, tools: list[dict[str, Any]] | None) -> Outcome:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             body["tools"] = tools
         start = time.perf_counter()
-        rw = await self.engine.rewrite(body, self.session_id)
+        rw = await self.engine.rewrite(body, self.session_id,
+                                       can_offer=self.recall or can_offer(body))
         ms = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
         self.engine.prefetch()  # the server runs this while the upstream replies
@@ -93,7 +97,8 @@ class _EngineSession:
                        problems=rewrite_problems(messages, out, ctx.system_line),
                        failed_open=rw.result.failed_open,
                        reverted_because=list(rw.result.problems), background_ms=background,
-                       over_deadline=0 < self.engine.settings.rules_deadline_ms < ms)
+                       over_deadline=0 < self.engine.settings.rules_deadline_ms < ms,
+                       recall=rw.recall)
 
 
 @dataclass
@@ -110,10 +115,11 @@ class EngineSystem:
     model: str = "gpt-4o"
     store: Store = field(default_factory=MemoryStore)
     embedder: Embedder | None = None
+    recall: bool = False
 
     def open(self, session_id: str) -> Session:
         engine = Engine(self.settings, store=self.store, embedder=self.shared_embedder())
-        return _EngineSession(engine, session_id, self.model)
+        return _EngineSession(engine, session_id, self.model, self.recall)
 
     def shared_embedder(self) -> Embedder | None:
         """The one embedder every session (and variant) of this system uses."""

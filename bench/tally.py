@@ -9,6 +9,7 @@ from typing import Any
 from context_engine.bench.billing import BillTotals, CaseBill
 from context_engine.bench.metrics import length_bucket, median, percentile, ratio
 from context_engine.bench.systems import Outcome
+from bench.recall_model import RecallTally
 
 TURNS = (20, 100, 200)  # replay request points whose latency is reported
 
@@ -41,6 +42,7 @@ class Tally:
     cost: float = 0.0
     ms_by_turn: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     bills: dict[str, BillTotals] = field(default_factory=dict)  # per billing model
+    recall: RecallTally = field(default_factory=RecallTally)  # bench --recall (careful model)
 
     def add(self, case_id: str, n_messages: int, before: dict[str, int], after: dict[str, int],
             out: Outcome) -> None:
@@ -118,6 +120,8 @@ class Tally:
             "latency_ms_by_length": {k: _latency(v) for k, v in sorted(self.ms_by_length.items(),
                                                                       key=_bucket_key)},
         }
+        if self.recall.probes:
+            out["recall"] = self.recall.summary(none.tokens_before[enc[0]] if none and enc else 0)
         if self.stable_shares:
             out["replay"] = {
                 "prefix_stability_mean": _round(sum(self.stable_shares) / len(self.stable_shares)),

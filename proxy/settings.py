@@ -23,6 +23,7 @@ from context_engine.proxy.recording.ledger import ledger_kind
 from context_engine.rules import DEFAULT_RULES, REGISTRY
 
 Registry = Mapping[str, type[Rule]]
+from proxy.recall_config import RecallOptions, parse_recall
 
 MODES = ("rewrite", "shadow", "ab")
 ENV_PREFIX = "CONTEXT_ENGINE_"
@@ -77,10 +78,12 @@ class Settings:
                                 metadata={"help": "prompt_cache_key, auto_breakpoints (proxy/engine/profiles.py)"})
     profiles: tuple[Profile, ...] = field(
         default=(), metadata={"help": "model-name globs → rules and option overrides"})
+    recall: RecallOptions = field(default_factory=RecallOptions,
+                                  metadata={"help": "the context_recall tool (proxy/recall_config.py)"})
 
 
 SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings)
-               if f.name not in ("rules", "rule_options", "cache", "profiles")]
+               if f.name not in ("rules", "rule_options", "cache", "profiles", "recall")]
 ALL_KEYS = [f.name for f in dataclasses.fields(Settings)]
 
 
@@ -210,6 +213,7 @@ def load_settings(
         build_rule_config(str(name), opts or {}, registry)
     out["rule_options"] = {str(k): dict(v or {}) for k, v in options.items()}
     out["cache"] = parse_cache(values.get("cache"), ConfigError)
+    out["recall"] = parse_recall(values.get("recall"), ConfigError)
     out["profiles"] = parse_profiles(values.get("profiles"), out["rule_options"], ConfigError,
                                      functools.partial(parse_rules, registry=registry),
                                      functools.partial(build_rule_config, registry=registry))

@@ -19,13 +19,16 @@ from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
 from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError
 from context_engine.proxy.edge.relay import relay
-from context_engine.proxy.edge.upstream import Upstream, request_headers
+from context_engine.proxy.edge.upstream import Upstream, request_headers, response_headers
 from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import session_id, session_key
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
+from proxy.recall_loop import Recall, answer
+from proxy.recall_stream import RecallStream
+from proxy.recall_tool import add_tool, can_offer, tool_tokens
 
 log = logging.getLogger("context_engine.chat")
 
@@ -67,8 +70,9 @@ class ChatCompletions:
         except ValueError as exc:
             return self._error(BadRequest(str(exc), param=profiles.HEADER))
         self.finisher.begin()
+        offer = self.adapter.name == "chat" and self.settings.recall.enabled and can_offer(body.data)
         try:
-            row, rewrite, out = await self._prepare(request, body, raw, mode, choice)
+            row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
@@ -76,10 +80,15 @@ class ChatCompletions:
                                           mode=mode, arm="passthrough", path=request.url.path,
                                           failed_open=True, api=self.adapter.name), None, raw
         arm = row.arm
+        recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
+            else None
+        if recall is not None:
+            out, row.tokens_sent = add_tool(out), row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
+        headers = request_headers(request.headers.raw)
         try:
-            r = await self.upstream.send("POST", url, request_headers(request.headers.raw), out)
+            r = await self.upstream.send("POST", url, headers, out)
         except ProxyError as exc:
             row.status, row.error = exc.status, exc.message
             row.upstream_ms = (time.perf_counter() - started) * 1000
@@ -93,16 +102,26 @@ class ChatCompletions:
             row.completion_tokens, row.finish_reason = usage.completion_tokens, usage.finish_reason
             row.cache_write_tokens = usage.cache_write_tokens
             row.upstream_ms, row.error = upstream_ms, error
+            if loop is not None:
+                row.recall_rounds, row.recall_prompt_tokens, row.recall_completion_tokens = loop.cost()
             self.finisher.schedule(row, body.chat, rewrite, usage,
                                    shadow=arm == "shadow" and body.rewritable)
 
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
+        loop = None if recall is None or r.status_code != 200 else Recall(
+            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds)
+        if loop is not None:
+            if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
+                return await answer(loop, r, started, extra, done)
+            if not r.headers.get("content-encoding"):  # a compressed stream is relayed as it is
+                return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done)
         return await relay(r, started, extra, done, buffer=True,
                            anthropic=self.adapter.name == "anthropic")
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
-                       choice: str | None = None) -> tuple[LedgerRow, Rewrite | None, bytes]:
+                       choice: str | None = None,
+                       offer: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
@@ -112,7 +131,7 @@ class ChatCompletions:
         row.context.update(body.notes)
         rewrite = None
         if arm == "rewrite" and body.rewritable and choice != "off":
-            rewrite = await self._rewrite(body.chat, sid, choice)
+            rewrite = await self._rewrite(body.chat, sid, choice, offer)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
             if arm == "rewrite" and choice == "off":
@@ -138,9 +157,10 @@ class ChatCompletions:
             row.failed_open, row.tokens_sent, row.rule_savings = True, row.tokens_original, {}
             return raw
 
-    async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None) -> Rewrite | None:
+    async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None,
+                       offer: bool = False) -> Rewrite | None:
         try:
-            return await self.engine.rewrite_off_loop(body, sid, choice)
+            return await self.engine.rewrite_off_loop(body, sid, choice, offer)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

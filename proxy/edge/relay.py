@@ -46,7 +46,7 @@ def _is_sse(r: httpx.Response) -> bool:
     return str(r.headers.get("content-type", "")).lower().startswith("text/event-stream")
 
 
-def _fault(exc: httpx.HTTPError, where: str) -> ProxyError:
+def fault(exc: httpx.HTTPError, where: str) -> ProxyError:
     message = f"upstream broke {where}: {type(exc).__name__}"
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamTimeout(message)
@@ -65,11 +65,11 @@ async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[byt
     try:
         body = b"".join([chunk async for chunk in r.aiter_raw()])
     except httpx.HTTPError as exc:
-        fault = _fault(exc, "mid-body")
-        log.warning(fault.message)
+        problem = fault(exc, "mid-body")
+        log.warning(problem.message)
         if on_done is not None:
-            on_done(Usage(), (time.perf_counter() - started) * 1000, fault.message, fault.status)
-        return error_response(fault, anthropic)
+            on_done(Usage(), (time.perf_counter() - started) * 1000, problem.message, problem.status)
+        return error_response(problem, anthropic)
     finally:
         await r.aclose()
     background = None
@@ -94,6 +94,17 @@ class StreamRelay(Response):
         self.raw_headers = headers
         self.background = None
 
+    async def _body(self, send: Send) -> str:
+        """Send the body; the error that stops the stream early (``""``: none)."""
+        async for chunk in self.r.aiter_raw():
+            if self.tap is not None:
+                self.tap.feed(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        return ""
+
+    def _usage(self) -> Usage | None:
+        return self.tap.close() if self.tap is not None else None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         error, client_left, finished = "", False, False
 
@@ -111,15 +122,12 @@ class StreamRelay(Response):
                 try:
                     await send({"type": "http.response.start", "status": self.status_code,
                                 "headers": self.raw_headers})
-                    async for chunk in self.r.aiter_raw():
-                        if self.tap is not None:
-                            self.tap.feed(chunk)
-                        await send({"type": "http.response.body", "body": chunk,
-                                    "more_body": True})
-                    finished = True
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    error = await self._body(send)
+                    if not error:
+                        finished = True
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except httpx.HTTPError as exc:
-                    error = _fault(exc, "mid-stream").message
+                    error = fault(exc, "mid-stream").message
                     log.warning(error)
                 except OSError:  # ASGI 2.4 servers raise on a send to a gone client
                     client_left = True
@@ -132,8 +140,9 @@ class StreamRelay(Response):
             # reading at [DONE]) had the whole answer, whenever the upstream closes
             if client_left and not error and not (self.tap is not None and self.tap.ended):
                 error = CLIENT_DISCONNECTED
-            if self.on_done is not None and self.tap is not None:
-                self.on_done(self.tap.close(), (time.perf_counter() - self.started) * 1000,
+            usage = self._usage() if self.on_done is not None else None
+            if self.on_done is not None and usage is not None:
+                self.on_done(usage, (time.perf_counter() - self.started) * 1000,
                              error, self.status_code)
         if error and not client_left:
             raise StreamAborted(error)

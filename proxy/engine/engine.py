@@ -26,6 +26,7 @@ from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, Pipel
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
 from context_engine.proxy.settings import Registry, Settings, build_rules
 from context_engine.proxy.store.stores import Store, open_store
+from proxy.recall_session import RecallState, apply_recall
 
 log = logging.getLogger("context_engine.engine")
 
@@ -34,6 +35,7 @@ class Rewrite:
     result: PipelineResult
     encoding: str
     encoding_fallback: bool
+    recall: RecallState | None = None  # markers made; whether context_recall is offered
 
 
 class Engine:
@@ -69,22 +71,22 @@ class Engine:
             limit_blas_threads(1)
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
-                           choice: str | None = None) -> Rewrite:
+                           choice: str | None = None, can_offer: bool = False) -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(self.rewrite(body, session_id, choice))
+        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer))
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
-                               choice: str | None = None) -> Rewrite:
+                               choice: str | None = None, can_offer: bool = False) -> Rewrite:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
         rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
         (queueing included), or when the lane is full, the original goes out, counted
         as failed open; a rewrite that has not started by then is skipped."""
         if not any(p.rules for p in self.pipelines.values()):
-            return await self.rewrite(body, session_id, choice)
+            return await self.rewrite(body, session_id, choice, can_offer)
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
-                                                                 session_id, choice))
+                                                                 session_id, choice, can_offer))
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
@@ -189,10 +191,12 @@ class Engine:
                                 original_messages=ctx.messages)
         return Rewrite(result, counter.encoding, fallback)
 
-    async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None) -> Rewrite:
+    async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None,
+                      can_offer: bool = False) -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated): the model's
         profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
-        are then put back (``proxy/engine/breakpoints.py``)."""
+        are then put back (``proxy/engine/breakpoints.py``); then the recall markers, and whether
+        ``context_recall`` is offered (``can_offer``: the API and the client allow it)."""
         ctx, counter, fallback = self._context(body, session_id)
         pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
         result = await pipeline.run(ctx, counter)
@@ -204,7 +208,10 @@ class Engine:
                                 int(opts.get("window", 4)), int(opts.get("block", 4)))
             if marked is not sent:
                 result.ctx = result.ctx.replace(messages=marked)
-        return Rewrite(result, counter.encoding, fallback)
+        zones = next((r for r in pipeline.rules if getattr(r, "name", "") == "zones"), None)
+        state = apply_recall(self.settings.recall, self.store, body["messages"], result, counter,
+                             session_id, can_offer, zones)
+        return Rewrite(result, counter.encoding, fallback, state)
 
 
 def _observe(future: asyncio.Future[Any]) -> None:

@@ -87,6 +87,9 @@ class LedgerRow:
     cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens
     replica: str = ""  # the process that served it (``replica`` setting; several share a ledger)
     traceparent: str = ""  # the client's W3C trace context, if it sent one: its span's parent
+    recall_rounds: int = 0  # follow-up upstream calls made to answer context_recall
+    recall_prompt_tokens: int = 0  # their input tokens (billed: the cost of recall)
+    recall_completion_tokens: int = 0  # their output tokens
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)

@@ -62,6 +62,13 @@ def build(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
         data["rows"] = [t.as_dict() for t in totals_by(rows, by)]
     if any(r.get("mode") == "ab" for r in rows):
         data["ab"] = ab_compare.compare(rows)
+    recalled = [r for r in rows if r.get("recall_rounds")]
+    if recalled:
+        data["recall"] = {
+            "requests": len(recalled), "rounds": sum(int(r["recall_rounds"]) for r in recalled),
+            "prompt_tokens": sum(int(r.get("recall_prompt_tokens") or 0) for r in recalled),
+            "completion_tokens": sum(int(r.get("recall_completion_tokens") or 0) for r in recalled),
+            "tokens_saved": total.tokens_original - total.tokens_sent}
     return data
 
 
@@ -135,6 +142,11 @@ def render(data: dict[str, Any]) -> list[Any]:
         f"{100 * data['failed_open_share']:.2f}% of requests"
         + (f"; shadow rewrites would have saved {o['would_save']:,} tokens" if o["would_save"] else ""))]
     lines += _bill_lines(o)
+    if "recall" in data:
+        rc = data["recall"]
+        lines.append(f"recall: {rc['rounds']} follow-up calls in {rc['requests']} requests cost "
+                     f"{rc['prompt_tokens']:,} input + {rc['completion_tokens']:,} output tokens "
+                     f"(included above), against {rc['tokens_saved']:,} input tokens the rules saved")
     if data.get("cache_breaks"):
         lines.append(_breaks_table(data["cache_breaks"]))
     if "ab" in data:

@@ -1,0 +1,120 @@
+"""A scripted careful model for ``context-engine bench --recall``.
+
+For each probe, it reads the request the engine would send. Evidence visible there is
+*reachable directly*. For evidence that is missing, it looks for a marker that names the
+client message holding it (a ``[context-engine:recall] turns #a-#b`` line covering it, or
+the ``orig:<id>`` of that tool output) and calls ``context_recall`` with that id, all
+missing pieces in one round: evidence in the answers is *reachable after recall*. A second
+figure asks by query instead (the probe's question, one call), as a model that does not
+know where its evidence lies would. Calls are answered by ``proxy.recall_resolve``, the
+code the server runs.
+
+Tokens: each request counts with the tool's definition when the engine offered it; a
+recall round adds one follow-up request (the request again, the assistant's calls and
+their results) to the total.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from bench.cases import Case
+from bench.metrics import visible_text
+from proxy.recall_resolve import resolve
+from proxy.recall_tool import TOOL
+from proxy.tokens import TokenCounter
+
+_TURNS = re.compile(r"\[context-engine:recall\] turns #(\d+)(?:-#(\d+))?")
+
+
+@dataclass
+class RecallTally:
+    probes: int = 0
+    direct: int = 0
+    by_id: int = 0  # reachable directly or after recall by the id a marker names
+    by_query: int = 0  # reachable directly or after one recall by the probe's question
+    rounds_id: int = 0
+    rounds_query: int = 0
+    request_tokens: int = 0  # requests as sent, with the tool's definition when offered
+    recall_tokens_id: int = 0  # input tokens of the follow-up requests (id rounds)
+    recall_tokens_query: int = 0
+    offered: int = 0
+
+    def add(self, case: Case, out: Any, counter: TokenCounter) -> None:
+        state = out.recall
+        tools = list(case.tools or []) + ([TOOL] if state is not None and state.offer else [])
+        self.offered += int(state is not None and state.offer)
+        request = counter.request(out.messages, tools or None)
+        self.request_tokens += request
+        text = visible_text(out.messages)
+        for probe in case.probes:
+            if not probe.evidence:
+                continue
+            self.probes += 1
+            missing = [e for e in probe.evidence if e not in text]
+            if not missing:
+                self.direct += 1
+                self.by_id += 1
+                self.by_query += 1
+                continue
+            if state is None or not state.offer:
+                continue
+            ids = list(dict.fromkeys(i for e in missing if (i := _named(case.messages, out.messages, e))))
+            if ids:
+                answers = [resolve(state.scope, {"id": i}) for i in ids]
+                self.rounds_id += 1
+                self.recall_tokens_id += _round_tokens(counter, out.messages, tools, ids, answers, "id")
+                self.by_id += all(any(e in a for a in answers) for e in missing)
+            answer = resolve(state.scope, {"query": probe.question})
+            self.rounds_query += 1
+            self.recall_tokens_query += _round_tokens(counter, out.messages, tools,
+                                                      [probe.question], [answer], "query")
+            self.by_query += all(e in answer for e in missing)
+
+    def summary(self, tokens_none: int) -> dict[str, Any]:
+        def share(n: int, d: int) -> float | None:
+            return round(n / d, 4) if d else None
+
+        total_id = self.request_tokens + self.recall_tokens_id
+        total_query = self.request_tokens + self.recall_tokens_query
+        return {
+            "probes": self.probes, "direct": share(self.direct, self.probes),
+            "reachable_by_id": share(self.by_id, self.probes),
+            "reachable_by_query": share(self.by_query, self.probes),
+            "rounds_id": self.rounds_id, "rounds_query": self.rounds_query,
+            "requests_offered": self.offered, "request_tokens": self.request_tokens,
+            "total_tokens_id": total_id, "total_tokens_query": total_query,
+            "reduction_id": share(tokens_none - total_id, tokens_none),
+            "reduction_query": share(tokens_none - total_query, tokens_none),
+        }
+
+
+def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
+    """The id a marker in ``sent`` gives the client message holding ``evidence``."""
+    k = next((k for k, m in enumerate(original) if evidence in visible_text([m])), None)
+    if k is None:
+        return None
+    shown = visible_text(sent)
+    content = original[k].get("content")
+    if original[k].get("role") == "tool" and isinstance(content, str):
+        oid = "orig:" + hashlib.sha256(content.encode()).hexdigest()[:12]
+        if oid in shown:
+            return oid
+    for found in _TURNS.finditer(shown):
+        a, b = int(found.group(1)), int(found.group(2) or found.group(1))
+        if a <= k <= b:
+            return f"#{k}"
+    return None
+
+
+def _round_tokens(counter: TokenCounter, sent: list[Any], tools: list[Any], args: list[str],
+                  answers: list[str], key: str) -> int:
+    calls = [{"id": f"call_{n}", "type": "function", "function": {
+        "name": "context_recall", "arguments": json.dumps({key: a})}} for n, a in enumerate(args)]
+    follow = list(sent) + [{"role": "assistant", "content": None, "tool_calls": calls}] + [
+        {"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(calls, answers)]
+    return counter.request(follow, tools or None)

@@ -1,0 +1,196 @@
+"""Answering ``context_recall`` inside the proxy: the client sees only the final reply.
+
+When the upstream's reply calls ``context_recall``, the proxy resolves the calls from the
+caller's own session (``recall_resolve``), appends the assistant's recall calls and their
+results to what it sent, and asks again, at most ``recall.max_rounds`` times; the last
+follow-up goes without the tool, so its reply cannot call it again. A reply that mixes
+recall calls with the client's own tool calls is asked again with only the recall calls
+answered: the model repeats its client calls in the next reply, and the client never sees
+a recall call. The usage the client gets is summed over the rounds; the ledger records
+the follow-ups' tokens as the cost of recall.
+
+Non-streamed replies are read whole (``answer``); streamed ones in ``recall_stream``. A
+reply without a recall call is relayed byte for byte. A follow-up that fails reaches the
+client as that failure. Compressed bodies are read (gzip, deflate); a reply the proxy
+changed (summed usage) goes out uncompressed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.responses import Response
+
+from proxy.errors import ProxyError, error_response
+from proxy.jsonspan import object_spans, replace_spans
+from proxy.recall_resolve import RecallScope, resolve
+from proxy.recall_tool import follow_up, recall_calls
+from proxy.relay import Done, fault
+from proxy.upstream import Upstream, response_headers
+from proxy.usage_tap import Usage, UsageTap
+
+log = logging.getLogger("context_engine.recall")
+ROUNDS_HEADER = b"x-context-engine-recall-rounds"
+
+
+@dataclass
+class Recall:
+    """One request's recall loop: where to ask again and what was asked so far."""
+
+    upstream: Upstream
+    url: str
+    headers: list[tuple[bytes, bytes]]
+    sent: bytes  # the request body as sent (with the tool); parsed only for a follow-up
+    scope: RecallScope
+    max_rounds: int
+    rounds: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    usages: list[Usage] = field(default_factory=list)  # one per upstream reply
+    raw_usages: list[dict[str, Any]] = field(default_factory=list)
+
+    def answer_calls(self, message: dict[str, Any]) -> bool:
+        """Resolve the message's recall calls into a new round; False when it has none or
+        no round is left."""
+        calls, _ = recall_calls(message)
+        if not calls or len(self.rounds) >= self.max_rounds:
+            return False
+        results = [resolve(self.scope, c["function"].get("arguments")) for c in calls]
+        self.rounds.append((message, results))
+        return True
+
+    async def ask_again(self) -> httpx.Response:
+        body = follow_up(json.loads(self.sent), self.rounds, last=len(self.rounds) >= self.max_rounds)
+        return await self.upstream.send("POST", self.url, self.headers, body)
+
+    def usage(self) -> Usage:
+        """Usage over every reply: counts summed, the last reply's finish and text."""
+        total = Usage()
+        for u in self.usages:
+            for name in ("prompt_tokens", "cached_tokens", "completion_tokens", "cache_write_tokens"):
+                value = getattr(u, name)
+                if value is not None:
+                    setattr(total, name, (getattr(total, name) or 0) + value)
+            total.notes += u.notes
+        if self.usages:
+            total.finish_reason, total.text_parts = self.usages[-1].finish_reason, self.usages[-1].text_parts
+        return total
+
+    def cost(self) -> tuple[int, int, int]:
+        """Follow-up calls, and their input and output tokens: the cost of recall."""
+        extra = self.usages[1:]
+        return (len(self.rounds), sum(u.prompt_tokens or 0 for u in extra),
+                sum(u.completion_tokens or 0 for u in extra))
+
+    def summed_usage(self, last: dict[str, Any]) -> dict[str, Any]:
+        """``last`` (the final reply's usage object) with every count summed over rounds."""
+        return sum_counts(last, self.raw_usages)
+
+
+def sum_counts(last: dict[str, Any], all_usages: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in last.items():
+        same = [u.get(key) for u in all_usages if isinstance(u, dict)]
+        if isinstance(value, bool):
+            out[key] = value
+        elif isinstance(value, int):
+            out[key] = sum(v for v in same if isinstance(v, int) and not isinstance(v, bool))
+        elif isinstance(value, dict):
+            out[key] = sum_counts(value, [v for v in same if isinstance(v, dict)])
+        else:
+            out[key] = value
+    return out
+
+
+def decoded(body: bytes, encoding: str) -> bytes | None:
+    encoding = encoding.lower().strip()
+    if encoding in ("", "identity"):
+        return body
+    if encoding in ("gzip", "deflate"):
+        try:
+            return zlib.decompress(body, 47)  # gzip or zlib header
+        except zlib.error:
+            return None
+    return None
+
+
+def reply_json(body: bytes, encoding: str) -> dict[str, Any] | None:
+    plain = decoded(body, encoding)
+    try:
+        data = json.loads(plain) if plain is not None else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def first_message(data: dict[str, Any] | None) -> dict[str, Any]:
+    choices = data.get("choices") if data else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        message = choices[0].get("message")
+        if isinstance(message, dict):
+            return message
+    return {}
+
+
+async def answer(loop: Recall, r: httpx.Response, started: float,
+                 extra: list[tuple[bytes, bytes]], on_done: Done) -> Response:
+    """The non-streamed reply the client gets, after any recall rounds."""
+    def finish(status: int, error: str) -> None:
+        on_done(loop.usage(), (time.perf_counter() - started) * 1000, error, status)
+
+    while True:
+        try:
+            body = b"".join([chunk async for chunk in r.aiter_raw()])
+        except httpx.HTTPError as exc:
+            problem = fault(exc, "mid-body")
+            log.warning(problem.message)
+            finish(problem.status, problem.message)
+            return error_response(problem)
+        finally:
+            await r.aclose()
+        encoding = r.headers.get("content-encoding", "")
+        tap = UsageTap(encoding)
+        tap.feed(body)
+        loop.usages.append(tap.close())
+        data = reply_json(body, encoding) if r.status_code == 200 else None
+        if data is not None and isinstance(data.get("usage"), dict):
+            loop.raw_usages.append(data["usage"])
+        if data is None or not loop.answer_calls(first_message(data)):
+            break
+        try:
+            r = await loop.ask_again()
+        except ProxyError as exc:
+            finish(exc.status, exc.message)
+            return error_response(exc)
+    headers = response_headers(r.headers.raw) + extra
+    if loop.rounds:
+        headers = [(k, v) for k, v in headers if k not in (b"content-length", b"content-encoding")]
+        headers.append((ROUNDS_HEADER, str(len(loop.rounds)).encode()))
+        if data is not None:
+            body = _with_usage(loop, decoded(body, encoding) or body, data)
+    if not any(k == b"content-length" for k, _ in headers):
+        headers.append((b"content-length", str(len(body)).encode()))
+    response = Response(content=body, status_code=r.status_code,
+                        background=BackgroundTask(_call, finish, r.status_code, ""))
+    response.raw_headers = headers
+    return response
+
+
+def _with_usage(loop: Recall, body: bytes, data: dict[str, Any]) -> bytes:
+    """The final reply with its ``usage`` summed over the rounds (the rest as sent)."""
+    if not isinstance(data.get("usage"), dict):
+        return body
+    text = body.decode("utf-8")
+    _, spans = object_spans(text)
+    summed = json.dumps(loop.summed_usage(data["usage"]), separators=(",", ":"))
+    return replace_spans(text, [(spans["usage"], summed)])
+
+
+async def _call(fn: Callable[[int, str], None], status: int, error: str) -> None:
+    fn(status, error)

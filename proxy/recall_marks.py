@@ -1,0 +1,133 @@
+"""Recall markers: every lossy spot of a rewrite names its id and how to get it back.
+
+Runs after the rules, on the messages about to be sent (``Engine.rewrite``). It lines
+the sent messages up with the client's (``align``): a sent message the client also sent
+is kept; client turns with no counterpart left the request (``retrieve``, ``budget``) or
+were folded into a summary (``summarize``).
+
+- An ``orig:<id>`` a rule wrote (``tool_json`` cuts and stubs, ``budget`` stubs,
+  summary tool lines) gains `` (context_recall)`` when the model can call the tool, or
+  `` (no recall tool here)`` when the client sent no tools.
+- Turns that left (at least ``min_gap_chars`` of them) are named once, in one line
+  before the first gap: ``[context-engine:recall] turns #a-#b are not all shown; …``.
+  ``#n`` is the client's own message index, so a recall of ``#n`` returns that message.
+
+The markers are a function of the two message lists and of whether the tool is offered,
+so the same request gives the same bytes (prompt caching).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rules.base import INJECTED_ACK, is_injected, text_of
+
+RECALL_HEADER = "[context-engine:recall]"
+ORIG = re.compile(r"orig:([0-9a-f]{12})(?![0-9a-f])")
+WITH_TOOL = " (context_recall)"
+WITHOUT_TOOL = " (no recall tool here)"
+
+
+@dataclass
+class Marked:
+    messages: list[Any]
+    lossy: bool = False
+    ids: list[str] = field(default_factory=list)  # orig:<id> markers in the sent request
+    turns: tuple[int, int] | None = None  # first and last client turn not (all) shown
+    hidden: list[int] = field(default_factory=list)  # client turns left out or rewritten
+
+
+def _same(o: Any, r: Any) -> bool:
+    if o is r or o == r:
+        return True
+    if not isinstance(o, dict) or not isinstance(r, dict) or o.get("role") != r.get("role"):
+        return False
+    if o.get("role") == "tool":
+        return bool(o.get("tool_call_id")) and o.get("tool_call_id") == r.get("tool_call_id")
+    calls_o, calls_r = o.get("tool_calls"), r.get("tool_calls")
+    if calls_o and calls_r:
+        return [c.get("id") for c in calls_o if isinstance(c, dict)] == \
+            [c.get("id") for c in calls_r if isinstance(c, dict)]
+    return text_of(o) == text_of(r) and bool(text_of(o))
+
+
+def _is_ack(sent: list[Any], i: int) -> bool:
+    m = sent[i]
+    return m.get("role") == "assistant" and m.get("content") == INJECTED_ACK and len(m) == 2
+
+
+def align(original: list[Any], sent: list[Any]) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
+    """Sent index → client index of the messages both hold; and the gaps: client spans
+    ``[a, b)`` with no counterpart, each with the sent index it would stand before."""
+    matched: dict[int, int] = {}
+    gaps: list[tuple[int, int, int]] = []
+    j = 0
+    for i, r in enumerate(sent):
+        if not isinstance(r, dict) or is_injected(r) or _is_ack(sent, i):
+            continue
+        k = next((k for k in range(j, len(original)) if _same(original[k], r)), None)
+        if k is None:
+            continue
+        if k > j:
+            gaps.append((j, k, i))
+        matched[i] = k
+        j = k + 1
+    if j < len(original):
+        gaps.append((j, len(original), len(sent)))
+    return matched, gaps
+
+
+def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: int) -> Marked:
+    """The sent messages with recall markers (module docstring)."""
+    matched, gaps = align(original, sent)
+    suffix = WITH_TOOL if tools_on else WITHOUT_TOOL
+    out = list(sent)
+    ids: list[str] = []
+    for i, m in enumerate(sent):
+        content = m.get("content") if isinstance(m, dict) else None
+        if not isinstance(content, str) or "orig:" not in content:
+            continue
+        before = original[matched[i]] if i in matched else None
+        if before is not None and before.get("content") == content:
+            continue  # the client's own text
+        known = set(ORIG.findall(text_of(before))) if before is not None else set()
+        found = [h for h in ORIG.findall(content) if h not in known]
+        if not found:
+            continue
+        ids += ["orig:" + h for h in found if "orig:" + h not in ids]
+        out[i] = {**m, "content": _suffixed(content, set(found), suffix)}
+    shown = [g for g in gaps if sum(len(text_of(original[k])) for k in range(g[0], g[1])) >= min_gap_chars]
+    turns = (shown[0][0], shown[-1][1] - 1) if shown else None
+    if turns is not None:
+        out = _insert(out, shown[0][2], _turns_line(turns, tools_on))
+    hidden = sorted({k for a, b, _ in gaps for k in range(a, b)}
+                    | {k for i, k in matched.items() if sent[i] != original[k]})
+    return Marked(out, bool(ids) or turns is not None, ids, turns, hidden)
+
+
+def _suffixed(content: str, found: set[str], suffix: str) -> str:
+    return ORIG.sub(lambda g: g.group(0) + suffix if g.group(1) in found else g.group(0), content)
+
+
+def _turns_line(turns: tuple[int, int], tools_on: bool) -> str:
+    a, b = turns
+    span = f"#{a}" if a == b else f"#{a}-#{b}"
+    how = ('call context_recall with id "#n" (one turn) or a query to read them' if tools_on
+           else "no recall tool here")
+    return f"{RECALL_HEADER} turns {span} are not all shown; {how}"
+
+
+def _insert(out: list[Any], at: int, line: str) -> list[Any]:
+    """``line`` as a user message before ``out[at]``; into an injected user message there
+    (a summary) as its first line; an ack keeps two user messages apart."""
+    nxt = out[at] if at < len(out) else None
+    if nxt is not None and is_injected(nxt) and isinstance(nxt.get("content"), str):
+        return out[:at] + [{**nxt, "content": line + "\n" + nxt["content"]}] + out[at + 1:]
+    new: list[Any] = [{"role": "user", "content": line}]
+    if at > 0 and out[at - 1].get("role") == "user":
+        new.insert(0, {"role": "assistant", "content": INJECTED_ACK})
+    if nxt is not None and nxt.get("role") == "user":
+        new.append({"role": "assistant", "content": INJECTED_ACK})
+    return out[:at] + new + out[at:]
