@@ -6,7 +6,7 @@ client message holding it (a ``[context-engine:recall] turns #a-#b`` line coveri
 the ``orig:<id>`` of that tool output) and calls ``context_recall`` with that id, all
 missing pieces in one round: evidence in the answers is *reachable after recall*. A second
 figure asks by query instead (the probe's question, one call), as a model that does not
-know where its evidence lies would. Calls are answered by ``proxy.recall_resolve``, the
+know where its evidence lies would. Calls are answered by ``context_engine.proxy.recall.resolve``, the
 code the server runs.
 
 Tokens: each request counts with the tool's definition when the engine offered it; a
@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from bench.cases import Case
-from bench.metrics import visible_text
-from proxy.recall_resolve import resolve
-from proxy.recall_tool import TOOL
-from proxy.tokens import TokenCounter
+from context_engine.bench.cases import Case
+from context_engine.bench.metrics import visible_text
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.recall.resolve import resolve
+from context_engine.proxy.recall.tool import TOOL
 
 _TURNS = re.compile(r"\[context-engine:recall\] turns #(\d+)(?:-#(\d+))?")
 

@@ -21,9 +21,9 @@ from context_engine.proxy.engine.context import JournalEntry
 from context_engine.proxy.engine.contract import Embedder
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.recall.tool import can_offer
 from context_engine.proxy.settings import Settings, load_settings
 from context_engine.proxy.store.stores import MemoryStore, Store
-from proxy.recall_tool import can_offer
 
 Messages = list[dict[str, Any]]
 

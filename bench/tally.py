@@ -8,8 +8,8 @@ from typing import Any
 
 from context_engine.bench.billing import BillTotals, CaseBill
 from context_engine.bench.metrics import length_bucket, median, percentile, ratio
+from context_engine.bench.recall_model import RecallTally
 from context_engine.bench.systems import Outcome
-from bench.recall_model import RecallTally
 
 TURNS = (20, 100, 200)  # replay request points whose latency is reported
 

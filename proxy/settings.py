@@ -19,11 +19,11 @@ import yaml
 
 from context_engine.proxy.engine.contract import Rule, RuleDeps
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
+from context_engine.proxy.recall.config import RecallOptions, parse_recall
 from context_engine.proxy.recording.ledger import ledger_kind
 from context_engine.rules import DEFAULT_RULES, REGISTRY
 
 Registry = Mapping[str, type[Rule]]
-from proxy.recall_config import RecallOptions, parse_recall
 
 MODES = ("rewrite", "shadow", "ab")
 ENV_PREFIX = "CONTEXT_ENGINE_"
@@ -79,7 +79,7 @@ class Settings:
     profiles: tuple[Profile, ...] = field(
         default=(), metadata={"help": "model-name globs → rules and option overrides"})
     recall: RecallOptions = field(default_factory=RecallOptions,
-                                  metadata={"help": "the context_recall tool (proxy/recall_config.py)"})
+                                  metadata={"help": "the context_recall tool (proxy/recall/config.py)"})
 
 
 SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings)

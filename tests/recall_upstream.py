@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from proxy.mock_upstream import ServerThread
+from context_engine.proxy.demo.mock_upstream import ServerThread
 
 ORIG = re.compile(r"orig:[0-9a-f]{12}")
 TURN = re.compile(r"\[context-engine:recall\] turns #(\d+)")

@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_engine.proxy.edge.body import parse_body
+from context_engine.proxy.recall.tool import TOOL_JSON
 from context_engine.proxy.recording.ledger import read_rows
-from proxy.recall_tool import TOOL_JSON
 from tests import raw_upstream
 from tests.json_fuzz import BodyGen
 

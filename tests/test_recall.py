@@ -9,13 +9,13 @@ import os
 import httpx
 import pytest
 
-from proxy import report
-from proxy.app import create_app
-from proxy.engine import Engine
-from proxy.jsonspan import object_spans
-from proxy.mock_upstream import ServerThread
-from proxy.settings import load_settings
-from proxy.store import DiskStore, MemoryStore
+from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.edge.jsonspan import object_spans
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.reporting import report
+from context_engine.proxy.settings import load_settings
+from context_engine.proxy.store.stores import DiskStore, MemoryStore
 from tests.conftest import RunningProxy
 from tests.recall_upstream import RecallUpstream
 
@@ -45,7 +45,7 @@ def up():
 @pytest.fixture
 def proxy(up, tmp_path):
     """A proxy with real rules (by name) in front of the recall upstream."""
-    running = []
+    running: list[ServerThread] = []
 
     def start(store=None, **flags):
         flags.setdefault("rules", "tool_json")

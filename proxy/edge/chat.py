@@ -24,11 +24,11 @@ from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import session_id, session_key
+from context_engine.proxy.recall.loop import Recall, answer
+from context_engine.proxy.recall.stream import RecallStream
+from context_engine.proxy.recall.tool import add_tool, can_offer, tool_tokens
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
-from proxy.recall_loop import Recall, answer
-from proxy.recall_stream import RecallStream
-from proxy.recall_tool import add_tool, can_offer, tool_tokens
 
 log = logging.getLogger("context_engine.chat")
 

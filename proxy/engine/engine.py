@@ -24,9 +24,9 @@ from context_engine.proxy.engine.lanes import (
 )
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
+from context_engine.proxy.recall.session import RecallState, apply_recall
 from context_engine.proxy.settings import Registry, Settings, build_rules
 from context_engine.proxy.store.stores import Store, open_store
-from proxy.recall_session import RecallState, apply_recall
 
 log = logging.getLogger("context_engine.engine")
 

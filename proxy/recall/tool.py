@@ -12,9 +12,9 @@ import functools
 import json
 from typing import Any
 
-from proxy.jsonspan import object_spans
-from proxy.recall_resolve import TOOL_NAME
-from proxy.tokens import TokenCounter
+from context_engine.proxy.edge.jsonspan import object_spans
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.recall.resolve import TOOL_NAME
 
 TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": TOOL_NAME,

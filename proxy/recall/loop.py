@@ -1,7 +1,7 @@
 """Answering ``context_recall`` inside the proxy: the client sees only the final reply.
 
 When the upstream's reply calls ``context_recall``, the proxy resolves the calls from the
-caller's own session (``recall_resolve``), appends the assistant's recall calls and their
+caller's own session (``recall.resolve``), appends the assistant's recall calls and their
 results to what it sent, and asks again, at most ``recall.max_rounds`` times; the last
 follow-up goes without the tool, so its reply cannot call it again. A reply that mixes
 recall calls with the client's own tool calls is asked again with only the recall calls
@@ -9,7 +9,7 @@ answered: the model repeats its client calls in the next reply, and the client n
 a recall call. The usage the client gets is summed over the rounds; the ledger records
 the follow-ups' tokens as the cost of recall.
 
-Non-streamed replies are read whole (``answer``); streamed ones in ``recall_stream``. A
+Non-streamed replies are read whole (``answer``); streamed ones in ``recall.stream``. A
 reply without a recall call is relayed byte for byte. A follow-up that fails reaches the
 client as that failure. Compressed bodies are read (gzip, deflate); a reply the proxy
 changed (summed usage) goes out uncompressed.
@@ -29,13 +29,13 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from proxy.errors import ProxyError, error_response
-from proxy.jsonspan import object_spans, replace_spans
-from proxy.recall_resolve import RecallScope, resolve
-from proxy.recall_tool import follow_up, recall_calls
-from proxy.relay import Done, fault
-from proxy.upstream import Upstream, response_headers
-from proxy.usage_tap import Usage, UsageTap
+from context_engine.proxy.edge.errors import ProxyError, error_response
+from context_engine.proxy.edge.jsonspan import object_spans, replace_spans
+from context_engine.proxy.edge.relay import Done, fault
+from context_engine.proxy.edge.upstream import Upstream, response_headers
+from context_engine.proxy.edge.usage_tap import Usage, UsageTap
+from context_engine.proxy.recall.resolve import RecallScope, resolve
+from context_engine.proxy.recall.tool import follow_up, recall_calls
 
 log = logging.getLogger("context_engine.recall")
 ROUNDS_HEADER = b"x-context-engine-recall-rounds"

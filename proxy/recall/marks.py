@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rules.base import INJECTED_ACK, is_injected, text_of
+from context_engine.proxy.engine.messages import INJECTED_ACK, is_injected, text_of
 
 RECALL_HEADER = "[context-engine:recall]"
 ORIG = re.compile(r"orig:([0-9a-f]{12})(?![0-9a-f])")

@@ -1,6 +1,6 @@
 """A session's recall state, decided with each rewrite (``Engine.rewrite``).
 
-After the rules, ``recall_marks`` marks every lossy spot. The first lossy rewrite of a
+After the rules, ``recall.marks`` marks every lossy spot. The first lossy rewrite of a
 session turns the ``context_recall`` tool on for it (store key ``recall:on:<session>``),
 and every later request of the session offers the tool too, lossy or not, so the tools
 prefix stays the same for prompt caching; with a disk or Redis store that survives
@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from proxy.pipeline import PipelineResult
-from proxy.recall_config import RecallOptions
-from proxy.recall_marks import mark
-from proxy.recall_resolve import RecallScope
-from proxy.store import Store, StoreUnavailable
-from proxy.tokens import TokenCounter
-from rules.zone_fence import neutralise, wrap
+from context_engine.proxy.engine.pipeline import PipelineResult
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.recall.config import RecallOptions
+from context_engine.proxy.recall.marks import mark
+from context_engine.proxy.recall.resolve import RecallScope
+from context_engine.proxy.store.stores import Store, StoreUnavailable
+from context_engine.rules.zones.fence import neutralise, wrap
 
 log = logging.getLogger("context_engine.recall")
 STATE_PREFIX = "recall:on:"
@@ -48,7 +48,9 @@ def apply_recall(options: RecallOptions, store: Store, original: list[Any], resu
     fence: Callable[[str], str] | None = None
     if zones is not None and "zones" in result.ctx.notes:
         marker = zones.marker(session_id)
-        fence = lambda text: wrap("tool", marker, neutralise(text)[0])
+
+        def fence(text: str) -> str:
+            return wrap("tool", marker, neutralise(text)[0])
     scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars)
     return RecallState(can_offer and _session_on(store, session_id, marked.lossy), scope)
 

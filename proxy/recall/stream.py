@@ -1,4 +1,4 @@
-"""A streamed reply with recall rounds (``recall_loop`` explains the loop).
+"""A streamed reply with recall rounds (``recall.loop`` explains the loop).
 
 Events go to the client as they come until the first tool-call delta; from there they
 are held to the end of the reply. If the reply called ``context_recall``, the held
@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 from starlette.types import Send
 
-from proxy.errors import ProxyError
-from proxy.recall_loop import Recall, sum_counts
-from proxy.relay import Done, StreamRelay
-from proxy.usage_tap import Usage, UsageTap
+from context_engine.proxy.edge.errors import ProxyError
+from context_engine.proxy.edge.relay import Done, StreamRelay
+from context_engine.proxy.edge.usage_tap import Usage, UsageTap
+from context_engine.proxy.recall.loop import Recall, sum_counts
 
 log = logging.getLogger("context_engine.recall")
 

@@ -11,18 +11,18 @@ never an error. When ``zones`` ran, the answer is fenced as a tool zone.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rank_bm25 import BM25Okapi  # type: ignore[import-untyped]
+from rank_bm25 import BM25Okapi
 
-from proxy.store import Store, StoreUnavailable
-from rules.base import text_of
-from rules.query_analysis import terms
+from context_engine.proxy.engine.messages import text_of
+from context_engine.proxy.engine.originals import original_id, stored_original
+from context_engine.proxy.store.stores import Store, StoreUnavailable
+from context_engine.rules.retrieve.query import terms
 
 TOOL_NAME = "context_recall"
 _ORIG = re.compile(r"^(?:orig:)?([0-9a-f]{12})$")
@@ -85,19 +85,17 @@ def _by_id(scope: RecallScope, ident: str) -> str | None:
 
 
 def _original(scope: RecallScope, digest: str) -> str | None:
+    ref = "orig:" + digest
     for m in scope.original:
         content = m.get("content") if isinstance(m, dict) else None
-        if m.get("role") == "tool" and isinstance(content, str) and \
-                hashlib.sha256(content.encode()).hexdigest()[:12] == digest:
+        if m.get("role") == "tool" and isinstance(content, str) and original_id(content) == ref:
             return content
-    key = "orig:" + digest
-    if key not in scope.ids or scope.store is None:
+    if ref not in scope.ids or scope.store is None:
         return None
     try:
-        raw = scope.store.get(key)
+        return stored_original(scope.store, ref)
     except StoreUnavailable:
         return None
-    return raw.decode("utf-8", "replace") if raw is not None else None
 
 
 def render_turn(messages: list[Any], i: int) -> str:
