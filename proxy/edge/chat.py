@@ -82,8 +82,11 @@ class ChatCompletions:
         arm = row.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
             else None
-        if recall is not None:
-            out, row.tokens_sent = add_tool(out), row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
+        tooled = add_tool(out) if recall is not None else out
+        if tooled is out:
+            recall = None
+        else:
+            out, row.tokens_sent = tooled, row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
         headers = request_headers(request.headers.raw)

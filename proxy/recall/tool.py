@@ -52,9 +52,13 @@ def tool_name(tool: dict[str, Any]) -> str:
 
 
 def add_tool(raw: bytes) -> bytes:
-    """The body with the tool appended to its ``tools`` array (the rest byte for byte)."""
-    text = raw.decode("utf-8")
-    data, spans = object_spans(text)
+    """The body with the tool appended to its ``tools`` array (the rest byte for byte);
+    ``raw`` itself when it has no such array."""
+    try:
+        text = raw.decode("utf-8")
+        data, spans = object_spans(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return raw
     if not isinstance(data.get("tools"), list) or not data["tools"]:
         return raw
     _, end = spans["tools"]
