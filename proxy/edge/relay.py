@@ -105,6 +105,10 @@ class StreamRelay(Response):
     def _usage(self) -> Usage | None:
         return self.tap.close() if self.tap is not None else None
 
+    def _ended(self) -> bool:
+        """Whether the stream's end event reached the client."""
+        return self.tap is not None and self.tap.ended
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         error, client_left, finished = "", False, False
 
@@ -138,7 +142,7 @@ class StreamRelay(Response):
         finally:
             # a client that closes once the stream's end event reached it (an SDK stops
             # reading at [DONE]) had the whole answer, whenever the upstream closes
-            if client_left and not error and not (self.tap is not None and self.tap.ended):
+            if client_left and not error and not self._ended():
                 error = CLIENT_DISCONNECTED
             usage = self._usage() if self.on_done is not None else None
             if self.on_done is not None and usage is not None:

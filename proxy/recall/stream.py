@@ -104,9 +104,13 @@ class RecallStream(StreamRelay):
                          started, on_done)
         self.loop = loop
         self._live = False  # relaying a reply whose usage is not in ``loop.raw_usages`` yet
+        self._sent_end = False  # the final reply's [DONE] went out
 
     def _usage(self) -> Usage:
         return self.loop.usage()
+
+    def _ended(self) -> bool:
+        return self._sent_end
 
     async def _body(self, send: Send) -> str:
         """Relay reply after reply; the error that stops the stream, or ``""``."""
@@ -150,3 +154,4 @@ class RecallStream(StreamRelay):
             obj = {**obj, "usage": sum_counts(obj["usage"], usages)}
             event = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
         await send({"type": "http.response.body", "body": event, "more_body": True})
+        self._sent_end = self._sent_end or event.rstrip().endswith(b"data: [DONE]")
