@@ -22,12 +22,27 @@ from rank_bm25 import BM25Okapi
 from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.originals import original_id, stored_original
 from context_engine.proxy.store.stores import Store, StoreUnavailable
-from context_engine.rules.retrieve.query import terms
 
 TOOL_NAME = "context_recall"
 _ORIG = re.compile(r"^(?:orig:)?([0-9a-f]{12})$")
 _TURNS = re.compile(r"^#?(\d{1,7})(?:\s*-\s*#?(\d{1,7}))?$")
 QUERY_HITS = 6
+_WORDS = re.compile(r"[^\W\d_]+|\d+")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_STOP = frozenset("a an and are as at be by did do does for from had has have he her his how i "
+                  "in is it its me my of on or our she that the their them they this to was "
+                  "we were what when where which who why will with you your".split())
+
+
+def terms(text: str) -> list[str]:
+    """BM25 terms: lower-case words without stopwords; CJK runs as character bigrams."""
+    out: list[str] = []
+    for word in _WORDS.findall(text.lower()):
+        if _CJK.match(word):
+            out += [word[i:i + 2] for i in range(max(1, len(word) - 1))]
+        elif word not in _STOP:
+            out.append(word)
+    return out
 
 
 @dataclass

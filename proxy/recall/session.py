@@ -9,6 +9,7 @@ restarts. A store outage falls back to "on when this rewrite is lossy".
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from context_engine.proxy.recall.config import RecallOptions
 from context_engine.proxy.recall.marks import mark
 from context_engine.proxy.recall.resolve import RecallScope
 from context_engine.proxy.store.stores import Store, StoreUnavailable
-from context_engine.rules.zones.fence import neutralise, wrap
 
 log = logging.getLogger("context_engine.recall")
 STATE_PREFIX = "recall:on:"
@@ -46,11 +46,8 @@ def apply_recall(options: RecallOptions, store: Store, original: list[Any], resu
             - sum(counter.message(m) for m in sent if id(m) not in new)
         result.ctx = result.ctx.replace(messages=marked.messages)
     fence: Callable[[str], str] | None = None
-    if zones is not None and "zones" in result.ctx.notes:
-        marker = zones.marker(session_id)
-
-        def fence(text: str) -> str:
-            return wrap("tool", marker, neutralise(text)[0])
+    if zones is not None and "zones" in result.ctx.notes and callable(getattr(zones, "fence", None)):
+        fence = functools.partial(zones.fence, session_id)  # recalled text as a tool zone
     scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars)
     return RecallState(can_offer and _session_on(store, session_id, marked.lossy), scope)
 

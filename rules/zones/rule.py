@@ -133,6 +133,10 @@ class Zones:
     def marker(self, session_id: str) -> str:
         return session_marker(self.secret, session_id, self.config.marker_digits)
 
+    def fence(self, session_id: str, text: str) -> str:
+        """``text`` as a tool zone of the session (recalled text, ``proxy/recall``)."""
+        return _wrap_text(text, "tool", self.marker(session_id))[0]
+
     async def apply(self, ctx: RequestContext) -> RequestContext:
         marker = self.marker(ctx.session_id)
         messages = ctx.messages
