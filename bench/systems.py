@@ -22,8 +22,9 @@ from context_engine.proxy.engine.contract import Embedder
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.recall.tool import can_offer
-from context_engine.proxy.settings import Settings, load_settings
+from context_engine.proxy.settings import Registry, Settings, load_settings
 from context_engine.proxy.store.stores import MemoryStore, Store
+from context_engine.rules import REGISTRY
 
 Messages = list[dict[str, Any]]
 
@@ -116,9 +117,11 @@ class EngineSystem:
     store: Store = field(default_factory=MemoryStore)
     embedder: Embedder | None = None
     recall: bool = False
+    registry: Registry = field(default_factory=lambda: REGISTRY)
 
     def open(self, session_id: str) -> Session:
-        engine = Engine(self.settings, store=self.store, embedder=self.shared_embedder())
+        engine = Engine(self.settings, store=self.store, embedder=self.shared_embedder(),
+                        registry=self.registry)
         return _EngineSession(engine, session_id, self.model, self.recall)
 
     def shared_embedder(self) -> Embedder | None:
@@ -153,9 +156,11 @@ def parse_variant(spec: str, settings: Settings) -> tuple[str, Settings]:
     return name.strip(), dataclasses.replace(settings, rule_options=options)
 
 
-def engine_settings(rules: str | None, config: str | None = None) -> Settings:
+def engine_settings(rules: str | None, config: str | None = None,
+                    registry: Registry = REGISTRY) -> Settings:
     """Settings for the bench: the given rules (or the configured ones), a memory store."""
-    return load_settings(flags={"rules": rules, "store": "memory://", "config": config})
+    return load_settings(flags={"rules": rules, "store": "memory://", "config": config},
+                         registry=registry)
 
 
 SYSTEM_KINDS = ("none", "last_n", "mask_observations", "engine", "alone")
@@ -163,13 +168,15 @@ SYSTEM_KINDS = ("none", "last_n", "mask_observations", "engine", "alone")
 
 def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
                   model: str = "gpt-4o", kinds: tuple[str, ...] = SYSTEM_KINDS,
-                  variants: Sequence[tuple[str, Settings]] = ()) -> list[Any]:
+                  variants: Sequence[tuple[str, Settings]] = (),
+                  registry: Registry = REGISTRY) -> list[Any]:
     """none, last_n, mask_observations, the project (``engine``: all of ``settings.rules``),
     each of its rules alone (``<rule> alone``) and the engine with changed options
     (``variants``; they share the engine's store and embedder, so a chunk is embedded
     once for all of them).
 
-    ``none`` is always included: the other systems are measured against it.
+    ``none`` is always included: the other systems are measured against it. ``registry``
+    is where the rule names are looked up (tests pass their own rules).
     """
     systems: list[Any] = [BaselineSystem("none", baselines.none)]
     if "last_n" in kinds:
@@ -178,12 +185,12 @@ def build_systems(settings: Settings, last_n: int = 12, mask_keep: int = 3,
         systems.append(BaselineSystem(f"mask_observations({mask_keep})",
                                       lambda m: baselines.mask_observations(m, mask_keep)))
     if "engine" in kinds or variants:
-        engine = EngineSystem("engine", settings, model)
+        engine = EngineSystem("engine", settings, model, registry=registry)
         systems += [engine] * ("engine" in kinds)
-        systems += [EngineSystem(name, changed, model, engine.store, engine.shared_embedder())
-                    for name, changed in variants]
+        systems += [EngineSystem(name, changed, model, engine.store, engine.shared_embedder(),
+                                 registry=registry) for name, changed in variants]
     if "alone" in kinds and len(settings.rules) > 1:
         for rule in settings.rules:
             solo = dataclasses.replace(settings, rules=(rule,))
-            systems.append(EngineSystem(f"{rule} alone", solo, model))
+            systems.append(EngineSystem(f"{rule} alone", solo, model, registry=registry))
     return systems

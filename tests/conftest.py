@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import settings as hyp_settings
 
+from context_engine.bench.cases import DATA_ENV, data_dir
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
@@ -22,7 +23,23 @@ hyp_settings.register_profile("deep", max_examples=1000, deadline=None)
 hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("CONTEXT_ENGINE_DATA", REPO.parent / "shared" / "data"))
+# The shared data (LoCoMo, agent traces, injections): $CONTEXT_ENGINE_DATA, else the nearest
+# shared/data above the checkout (a worktree sits deeper than the main checkout).
+DATA = data_dir() or Path(os.environ.get(DATA_ENV) or REPO.parent / "shared" / "data")
+
+
+def data_file(name: str) -> Path:
+    """One file of the shared data; the test is skipped when the data is not present."""
+    path = DATA / name
+    if not path.is_file():
+        pytest.skip(f"shared data not found at {path} (set {DATA_ENV})")
+    return path
+
+
+def needs_data(*names: str) -> pytest.MarkDecorator:
+    """Skip a test or module when one of the named shared data files is missing."""
+    missing = [name for name in names if not (DATA / name).is_file()]
+    return pytest.mark.skipif(bool(missing), reason=f"shared data not found: {missing} in {DATA}")
 
 
 @pytest.fixture(scope="session")

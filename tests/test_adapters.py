@@ -14,8 +14,9 @@ from context_engine.proxy.adapters import ADAPTERS
 from context_engine.proxy.adapters.base import OPAQUE, SRC
 from context_engine.proxy.edge.jsonspan import array_spans, object_spans
 from context_engine.proxy.engine.invariants import rewrite_problems
+from tests.golden_cases import wire, wire_files
 
-GOLDEN = sorted((Path(__file__).parent / "golden" / "wire").glob("*.json"))
+GOLDEN = wire_files()
 
 
 def _adapter(path: Path):
@@ -88,7 +89,7 @@ def test_every_accepted_drop_keeps_opaque_bytes_and_validity(path):
 
 
 def test_opaque_invariant_refuses_drops_and_changes():
-    parsed = ADAPTERS["responses"].parse((Path(__file__).parent / "golden/wire/responses_codex.json").read_bytes())
+    parsed = ADAPTERS["responses"].parse(wire("responses_codex.json"))
     msgs = parsed.chat["messages"]
     holder = next(i for i, m in enumerate(msgs) if m.get(OPAQUE))
     assert any("opaque" in p for p in rewrite_problems(msgs, msgs[:holder] + msgs[holder + 2:]))
@@ -102,8 +103,7 @@ def test_opaque_invariant_refuses_drops_and_changes():
 
 
 def test_changed_items_keep_their_other_keys():
-    path = Path(__file__).parent / "golden/wire/anthropic_claude_code.json"
-    parsed = ADAPTERS["anthropic"].parse(path.read_bytes())
+    parsed = ADAPTERS["anthropic"].parse(wire("anthropic_claude_code.json"))
     msgs = parsed.chat["messages"]
     i = next(n for n, m in enumerate(msgs) if m.get("tool_call_id") == "toolu_02")
     assert msgs[i]["content"] == "9"  # one plain text block reads as its string
@@ -111,7 +111,7 @@ def test_changed_items_keep_their_other_keys():
     block = json.loads(parsed.splice(new))["messages"][-1]["content"][0]
     assert block == {"type": "tool_result", "tool_use_id": "toolu_02",
                      "content": [{"type": "text", "text": "nine"}], "is_error": True}
-    r = ADAPTERS["responses"].parse((Path(__file__).parent / "golden/wire/responses_items.json").read_bytes())
+    r = ADAPTERS["responses"].parse(wire("responses_items.json"))
     rm = r.chat["messages"]
     j = next(n for n, m in enumerate(rm) if m["role"] == "tool")
     out = json.loads(r.splice(rm[:j] + [{**rm[j], "content": "Done."}] + rm[j + 1:]))
@@ -121,7 +121,7 @@ def test_changed_items_keep_their_other_keys():
 def test_rule_messages_without_a_source_are_written_in_each_format():
     note = {"role": "user", "content": "[context-engine:memory] earlier: the cat is called Tom"}
     for name, path in [("responses", "responses_string.json"), ("anthropic", "anthropic_blocks.json")]:
-        parsed = ADAPTERS[name].parse((Path(__file__).parent / "golden/wire" / path).read_bytes())
+        parsed = ADAPTERS[name].parse(wire(path))
         msgs = parsed.chat["messages"]
         out = json.loads(parsed.splice(msgs[:-1] + [note] + msgs[-1:]))
         assert "the cat is called Tom" in json.dumps(out)
@@ -129,7 +129,7 @@ def test_rule_messages_without_a_source_are_written_in_each_format():
 
 
 def test_anthropic_refuses_a_tool_result_without_its_tool_use():
-    parsed = ADAPTERS["anthropic"].parse((Path(__file__).parent / "golden/wire/anthropic_claude_code.json").read_bytes())
+    parsed = ADAPTERS["anthropic"].parse(wire("anthropic_claude_code.json"))
     msgs = parsed.chat["messages"]
     calls = next(i for i, m in enumerate(msgs) if m.get("tool_calls"))
     stripped = {k: v for k, v in msgs[calls].items() if k != "tool_calls"}

@@ -21,12 +21,12 @@ import pytest
 from context_engine.bench.cases import load_cases, request_points
 from context_engine.bench.fleet import Nginx, Replica, nginx_bin
 from context_engine.proxy.recording.ledger import read_rows
-from tests.conftest import DATA, REPO, _service
+from tests.conftest import DATA, REPO, _service, needs_data
 
 REDIS = os.environ.get("CONTEXT_ENGINE_TEST_REDIS", "")
 pytestmark = [
     pytest.mark.skipif(not REDIS, reason="set CONTEXT_ENGINE_TEST_REDIS (CI starts redis-server)"),
-    pytest.mark.skipif(not (DATA / "locomo_dev.jsonl").is_file(), reason=f"no shared data at {DATA}"),
+    needs_data("locomo_dev.jsonl", "agent_traces_dev.jsonl"),
 ]
 
 CONFIG = """

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from context_engine.proxy.engine.contract import option
+from context_engine.proxy.engine.context import RequestContext
+from context_engine.proxy.engine.contract import Rule, RuleDeps, option
 from context_engine.proxy.settings import ConfigError, build_rule_config, load_settings
 from context_engine.rules import REGISTRY
 
@@ -23,15 +24,15 @@ class DemoRule:
     name = "demo_rule"
     Config = DemoConfig
 
-    def __init__(self, config, deps):
+    def __init__(self, config: DemoConfig, deps: RuleDeps) -> None:
         self.config = config
 
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        return ctx
 
-@pytest.fixture
-def demo_rule():
-    REGISTRY["demo_rule"] = DemoRule
-    yield
-    del REGISTRY["demo_rule"]
+
+# The product's rules plus a demo one, passed as ``registry=`` (REGISTRY itself is left alone).
+WITH_DEMO: dict[str, type[Rule]] = {**REGISTRY, DemoRule.name: DemoRule}
 
 
 def write(tmp_path, text):
@@ -49,17 +50,20 @@ def test_flags_beat_env_beat_file(tmp_path):
     assert s.port == 9050
 
 
-def test_rules_flag_empty_means_passthrough(tmp_path, demo_rule):
+def test_rules_flag_empty_means_passthrough(tmp_path):
     path = write(tmp_path, "rules:\n  demo_rule: true\n")
-    assert load_settings(env={}, config_path=path).rules == ("demo_rule",)
-    assert load_settings(flags={"rules": ""}, env={}, config_path=path).rules == ()
-    assert load_settings(env={"CONTEXT_ENGINE_RULES": ""}, config_path=path).rules == ()
+    assert load_settings(env={}, config_path=path, registry=WITH_DEMO).rules == ("demo_rule",)
+    assert load_settings(flags={"rules": ""}, env={}, config_path=path,
+                         registry=WITH_DEMO).rules == ()
+    assert load_settings(env={"CONTEXT_ENGINE_RULES": ""}, config_path=path,
+                         registry=WITH_DEMO).rules == ()
 
 
-def test_disabled_rule_is_off_and_options_are_typed(tmp_path, demo_rule):
+def test_disabled_rule_is_off_and_options_are_typed(tmp_path):
     path = write(tmp_path, "rules:\n  demo_rule: false\nrule_options:\n  demo_rule:\n    window: 5\n")
-    s = load_settings(env={}, config_path=path)
-    assert s.rules == () and build_rule_config("demo_rule", s.rule_options["demo_rule"]).window == 5
+    s = load_settings(env={}, config_path=path, registry=WITH_DEMO)
+    assert s.rules == ()
+    assert build_rule_config("demo_rule", s.rule_options["demo_rule"], WITH_DEMO).window == 5
 
 
 @pytest.mark.parametrize("text,needle", [
@@ -74,10 +78,17 @@ def test_disabled_rule_is_off_and_options_are_typed(tmp_path, demo_rule):
     ("- a\n- b\n", "must hold a mapping"),
     ("a: [\n", "not valid YAML"),
 ])
-def test_bad_config_names_the_key(tmp_path, demo_rule, text, needle):
+def test_bad_config_names_the_key(tmp_path, text, needle):
     with pytest.raises(ConfigError, match=None) as err:
-        load_settings(env={}, config_path=write(tmp_path, text))
+        load_settings(env={}, config_path=write(tmp_path, text), registry=WITH_DEMO)
     assert needle in str(err.value)
+
+
+def test_a_rule_outside_the_registry_is_unknown(tmp_path):
+    """The demo rule exists only in the registry passed in: the product's is unchanged."""
+    assert "demo_rule" not in REGISTRY
+    with pytest.raises(ConfigError, match="unknown rule 'demo_rule'"):
+        load_settings(env={}, config_path=write(tmp_path, "rules:\n  demo_rule: true\n"))
 
 
 def test_serve_refuses_to_start_on_bad_config(tmp_path):

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.contract import option
+from context_engine.proxy.engine.contract import Rule, RuleDeps, option
 from context_engine.rules import REGISTRY
 
 SYSTEM = {"role": "system", "content": "You are a helpful agent."}
@@ -46,7 +44,7 @@ class DropMarked:
     name = "drop_marked"
     Config = DropMarkedConfig
 
-    def __init__(self, config: DropMarkedConfig, deps: Any) -> None:
+    def __init__(self, config: DropMarkedConfig, deps: RuleDeps) -> None:
         self.config = config
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
@@ -70,7 +68,7 @@ class DropFirstTool:
     name = "drop_first_tool"
     Config = DropFirstToolConfig
 
-    def __init__(self, config: DropFirstToolConfig, deps: Any) -> None:
+    def __init__(self, config: DropFirstToolConfig, deps: RuleDeps) -> None:
         pass
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
@@ -80,8 +78,7 @@ class DropFirstTool:
         return ctx
 
 
-@pytest.fixture
-def test_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Registers the test-only rules for one test (rules/__init__.py is left alone)."""
-    monkeypatch.setitem(REGISTRY, DropMarked.name, DropMarked)
-    monkeypatch.setitem(REGISTRY, DropFirstTool.name, DropFirstTool)
+# The product's rules and the test-only ones; passed as ``registry=`` (the global REGISTRY
+# is never changed).
+TEST_REGISTRY: dict[str, type[Rule]] = {**REGISTRY, DropMarked.name: DropMarked,
+                                        DropFirstTool.name: DropFirstTool}

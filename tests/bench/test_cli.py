@@ -2,14 +2,12 @@
 
 import json
 
-import pytest
-
-from context_engine.bench.cases import DEV_FILES, data_dir, load_cases
+from context_engine.bench.cases import DEV_FILES, load_cases
 from context_engine.bench.cli import main
+from tests.conftest import DATA
+from tests.conftest import needs_data as _needs
 
-DATA = data_dir()
-needs_data = pytest.mark.skipif(
-    DATA is None, reason="shared data not found beside the repo (set CONTEXT_ENGINE_DATA)")
+needs_data = _needs(*DEV_FILES)
 
 
 def _without_latency(value):

@@ -6,7 +6,7 @@ from context_engine.bench.runner import replay_case, run_replay, run_single, sum
 from context_engine.bench.systems import BaselineSystem, build_systems, engine_settings
 from context_engine.bench.tally import Tally
 from context_engine.proxy.engine.tokens import TokenCounter
-from tests.bench.conftest import agent_messages
+from tests.bench.conftest import TEST_REGISTRY, agent_messages
 
 COUNTER = TokenCounter("o200k_base")
 
@@ -39,8 +39,9 @@ def test_engine_without_rules_equals_none():
     assert out["engine"]["probes_without_evidence"] == 1
 
 
-def test_a_dropped_message_is_a_lost_probe_and_a_rule_saving(test_rules):
-    out = _single(build_systems(engine_settings("drop_marked"), kinds=("engine",)))
+def test_a_dropped_message_is_a_lost_probe_and_a_rule_saving():
+    settings = engine_settings("drop_marked", registry=TEST_REGISTRY)
+    out = _single(build_systems(settings, kinds=("engine",), registry=TEST_REGISTRY))
     engine = out["engine"]
     dropped = COUNTER.message(agent_messages()[4])
     assert engine["tokens_before"]["o200k_base"] - engine["tokens_after"]["o200k_base"] == dropped
@@ -49,9 +50,9 @@ def test_a_dropped_message_is_a_lost_probe_and_a_rule_saving(test_rules):
     assert engine["invalid"] == 0 and engine["failed_open"] == 0
 
 
-def test_each_rule_alone_and_a_broken_tool_pair_fails_open(test_rules):
-    settings = engine_settings("drop_marked,drop_first_tool")
-    systems = build_systems(settings, kinds=("engine", "alone"))
+def test_each_rule_alone_and_a_broken_tool_pair_fails_open():
+    settings = engine_settings("drop_marked,drop_first_tool", registry=TEST_REGISTRY)
+    systems = build_systems(settings, kinds=("engine", "alone"), registry=TEST_REGISTRY)
     out = _single(systems)
     assert list(out) == ["none", "engine", "drop_marked alone",
                          "drop_first_tool alone"]
@@ -95,8 +96,9 @@ def test_replay_cost_of_a_moving_window_is_compared_with_none():
     assert out["mask_observations(3)"]["replay"]["cost_vs_none"] == 1.0  # only two tool outputs
 
 
-def test_stateful_sessions_are_fresh_per_case(test_rules):
-    systems = build_systems(engine_settings("drop_marked"), kinds=("engine",))
+def test_stateful_sessions_are_fresh_per_case():
+    settings = engine_settings("drop_marked", registry=TEST_REGISTRY)
+    systems = build_systems(settings, kinds=("engine",), registry=TEST_REGISTRY)
     first = systems[1].open("a")
     second = systems[1].open("b")
     # per-session state is fresh; content-addressed caches are shared, as in one proxy

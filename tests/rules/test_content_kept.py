@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +27,7 @@ from context_engine.rules.summarize.rule import Summarize
 from context_engine.rules.tool_json.rule import ToolJson
 from context_engine.rules.zones.fence import quote_role_labels
 from context_engine.rules.zones.rule import Zones
-from tests.conftest import DATA
+from tests.conftest import data_file
 from tests.harness import make_deps
 from tests.rules.chat_strategies import conversation
 
@@ -167,9 +166,7 @@ def test_the_default_rules_never_put_two_user_messages_side_by_side(msgs, budget
 
 
 def _cases(name: str, limit: int) -> list[list[dict[str, Any]]]:
-    path = (DATA if DATA.exists() else Path("/work/shared/data")) / name
-    if not path.exists():
-        pytest.skip("dev data not present")
+    path = data_file(name)
     out = []
     with path.open() as fh:
         for line in fh:

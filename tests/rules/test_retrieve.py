@@ -7,11 +7,9 @@ import asyncio
 import datetime as dt
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +23,6 @@ from context_engine.rules.retrieve.query import bm25_weight, is_broad, sub_queri
 from context_engine.rules.retrieve.rule import Retrieve, RetrieveConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
-GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "retrieve.yaml").read_text())
 COUNTER = TokenCounter("o200k_base")
 SMALL = {"window": 2, "block": 2, "min_closed_tokens": 0, "embedder": "hashing"}
 FILLER = [
@@ -56,16 +53,6 @@ def rule(deps=None, **options) -> Retrieve:
 
 def apply(r: Retrieve, messages: list[dict], session: str = "s1"):
     return asyncio.run(r.apply(make_ctx(messages, session_id=session)))
-
-
-# --- golden -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("case", GOLDEN, ids=[c["title"] for c in GOLDEN])
-def test_golden(case):
-    out = run_rule(Retrieve, case["input"], **case["options"])
-    assert out.messages == case["expected"]
-    assert_valid_rewrite(case["input"], out)
 
 
 # --- query analysis and chunking ------------------------------------------------------------

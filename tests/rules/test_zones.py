@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,10 +25,10 @@ from context_engine.rules.zones.fence import (
     session_marker,
 )
 from context_engine.rules.zones.rule import SYSTEM_LINE, Zones, ZonesConfig
+from tests.conftest import data_file
 from tests.harness import assert_valid_rewrite, make_deps, run_rule
 from tests.rules.zone_content import MARKER, SECRET, SESSION, conversations, hostile_text
 
-GOLDEN = yaml.safe_load((Path(__file__).parent.parent / "golden" / "zones.yaml").read_text())
 COUNTER = TokenCounter("o200k_base")
 TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
@@ -39,13 +37,6 @@ TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [
 def run(messages, **options):
     options.setdefault("secret", SECRET)
     return run_rule(Zones, messages, ctx_kw={"session_id": SESSION}, **options)
-
-
-@pytest.mark.parametrize("case", GOLDEN, ids=[c["title"] for c in GOLDEN])
-def test_golden(case):
-    ctx = run_rule(Zones, case["input"], **case["options"])
-    assert ctx.messages == case["expected"]
-    assert_valid_rewrite(case["input"], ctx)
 
 
 def test_registered_with_documented_options():
@@ -184,13 +175,9 @@ def test_tags_in_note_line_match_the_fence():
     assert open_tag("NAME", MARKER) in line and close_tag("NAME", MARKER) in line
 
 
-TRACES = Path("/work/shared/data/agent_traces_dev.jsonl")
-
-
 def test_agent_traces_keep_every_evidence_string_and_every_content_byte():
-    if not TRACES.is_file():
-        pytest.skip(f"evaluation data not found at {TRACES}")
-    cases = [json.loads(line) for line in TRACES.read_text(encoding="utf-8").splitlines()]
+    traces = data_file("agent_traces_dev.jsonl")
+    cases = [json.loads(line) for line in traces.read_text(encoding="utf-8").splitlines()]
     probes = kept = 0
     for case in cases:
         out = run_rule(Zones, case["messages"], ctx_kw={"session_id": case["id"]}).messages

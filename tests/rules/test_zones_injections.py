@@ -10,26 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
-
-import pytest
 
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.messages import last_user_index, text_of
 from context_engine.rules.zones.fence import has_lookalike, neutralise, parse, session_marker
 from context_engine.rules.zones.rule import Zones, ZonesConfig
+from tests.conftest import data_file
 from tests.harness import assert_valid_rewrite, make_deps
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "injections_dev.jsonl"
-if not DATA.is_file():
-    DATA = Path("/work/shared/data/injections_dev.jsonl")
 SECRET = "injection-secret"
 
 
 def _cases():
-    if not DATA.is_file():
-        pytest.skip(f"evaluation data not found at {DATA}")
-    return [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]
+    path = data_file("injections_dev.jsonl")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def _variants(text: str, payload: str, zone: str, marker: str) -> dict[str, str]:
