@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import DATA, REPO
+from tests.conftest import DATA, REPO, needs_data
 
 
+@needs_data("agent_traces_dev.jsonl")
 def test_load_bench_runs_three_phases_without_errors(tmp_path):
     out = tmp_path / "load.json"
     env = {**os.environ, "CONTEXT_ENGINE_DATA": str(DATA), "PYTHONPATH": str(REPO)}

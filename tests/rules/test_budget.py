@@ -6,15 +6,12 @@ import asyncio
 import json
 
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from context_engine.proxy.billing.pricing import context_window
-from context_engine.proxy.engine.messages import SUMMARY_HEADER, last_user_index, units
+from context_engine.proxy.engine.messages import SUMMARY_HEADER
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.budget import Budget, BudgetConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
-from tests.rules.chat_strategies import conversation
 
 COUNTER = TokenCounter("o200k_base")
 
@@ -95,20 +92,6 @@ def test_tool_definitions_count_and_are_never_touched():
     assert out.tools == tools
     assert out.notes["budget"]["tokens"] == COUNTER.request(msgs, tools)
     assert out.notes["budget"]["dropped_count"] > 0
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(msgs=conversation(), budget=st.integers(1, 600), keep=st.integers(0, 3))
-def test_properties(msgs, budget, keep):
-    deps = make_deps()
-    out = run_rule(Budget, msgs, deps=deps, max_input_tokens=budget, keep_recent=keep)
-    assert_valid_rewrite(msgs, out)
-    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
-    final = units(msgs)[-1]
-    assert out.messages[-(final[1] - final[0]):] == msgs[final[0]:]  # the final unit stays
-    assert msgs[last_user_index(msgs)] in out.messages
-    again = run_rule(Budget, out.messages, deps=deps, max_input_tokens=budget, keep_recent=keep)
-    assert again.messages == out.messages  # idempotent
 
 
 def test_a_unit_with_stubbed_and_raw_results_loses_only_the_raw_ones():

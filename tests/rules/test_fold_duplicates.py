@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from context_engine.proxy.engine.invariants import rewrite_problems
-from context_engine.proxy.engine.messages import last_user_index, system_prefix_len
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules import REGISTRY
 from context_engine.rules.fold_duplicates.patterns import is_ack, normalize, parse_config_change
@@ -105,104 +99,6 @@ def test_block_alignment_keeps_the_prefix_between_boundaries() -> None:
     changes = [i for i in range(1, len(seen)) if seen[i][:len(seen[i - 1])] != seen[i - 1]]
     assert changes, "acks never left the request"
     assert len(changes) <= len(seen) // 4 + 1
-
-
-# --- properties ---------------------------------------------------------------------------
-
-TEXTS = st.sampled_from([
-    "ok", "thanks!", "好的", "嗯", "Make the theme red.", "no, blue", "Set the theme to green",
-    "Switch from Bing to Google.", "What is my balance?", "Shall I proceed?",
-    "Please cancel reservation XEWRD9 because my business trip to Atlanta was called off today.",
-    "please cancel reservation XEWRD9, because my business trip to Atlanta was called off today",
-    "Here is the full itinerary you asked for, with flights HAT030 and HAT223 on May 13.",
-])
-SETTINGS = st.sampled_from([
-    "Make the theme red.", "no, blue", "Set the theme to green", "把主题改成红色", "还是改成蓝色吧",
-    "Set the font to Arial", "Switch from Bing to Google.", "ok",
-])
-OUTPUTS = st.sampled_from([
-    "[]", "ok", json.dumps({"reservation_id": "XEWRD9", "flights": ["HAT030", "HAT223"],
-                            "payment_history": [{"payment_id": "gift_card_4643416"}]}),
-    "Error: flight HAT030 not available on date 2024-05-13 for the selected cabin class.",
-])
-
-
-@st.composite
-def conversations(draw: Any) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are an airline agent."}]
-    n_calls = 0
-    for _ in range(draw(st.integers(1, 14))):
-        kind = draw(st.sampled_from(["user", "assistant", "tools"]))
-        if kind == "tools":
-            k = draw(st.integers(1, 2))
-            ids = [f"call_{n_calls + j}" for j in range(k)]
-            n_calls += k
-            name = draw(st.sampled_from(["get_reservation_details", "search"]))
-            args = json.dumps({"id": draw(st.sampled_from(["A", "B"]))})
-            msgs.append({"role": "assistant", "content": draw(st.one_of(st.none(), TEXTS)),
-                         "tool_calls": [{"id": i, "type": "function",
-                                         "function": {"name": name, "arguments": args}}
-                                        for i in ids]})
-            msgs += [{"role": "tool", "tool_call_id": i, "content": draw(OUTPUTS)} for i in ids]
-        elif kind == "user":
-            msgs.append({"role": kind, "content": draw(st.one_of(TEXTS, SETTINGS))})
-        else:
-            msgs.append({"role": kind, "content": draw(TEXTS)})
-    if draw(st.booleans()):
-        msgs.append({"role": "user", "content": draw(TEXTS)})
-    return msgs
-
-
-@st.composite
-def settings_chats(draw: Any) -> list[dict[str, Any]]:
-    """Users adjusting settings (mostly), with short replies: supersede and ack folds."""
-    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a settings assistant."}]
-    for _ in range(draw(st.integers(2, 10))):
-        msgs.append({"role": "user", "content": draw(st.one_of(SETTINGS, SETTINGS, TEXTS))})
-        if draw(st.booleans()):
-            msgs.append({"role": "assistant", "content": draw(st.sampled_from(["Done.", "ok"]))})
-    return msgs
-
-
-CHATS = st.one_of(conversations(), settings_chats())
-OPTIONS = st.fixed_dictionaries({
-    "recent_turns": st.integers(0, 3), "block_turns": st.integers(1, 4),
-    "repeats_in_window": st.booleans(), "tool_match": st.sampled_from(["call", "output"]),
-    "near_jaccard": st.sampled_from([0.0, 0.8]), "min_saving": st.integers(0, 6)})
-PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@PROPERTY
-@given(CHATS, OPTIONS)
-def test_rewrite_is_valid_shrinks_and_keeps_protected_turns(msgs: list[dict[str, Any]],
-                                                            options: dict[str, Any]) -> None:
-    original = copy.deepcopy(msgs)
-    out = run_rule(FoldDuplicates, msgs, **options).messages
-    assert rewrite_problems(original, out) == []
-    head = system_prefix_len(original)
-    assert out[:head] == original[:head]
-    lu = last_user_index(original)
-    if lu >= 0:
-        assert out[last_user_index(out)] == original[lu]
-    assert COUNTER.messages(out) <= COUNTER.messages(original)
-    calls = {c["id"] for m in out for c in m.get("tool_calls") or ()}
-    results = [m["tool_call_id"] for m in out if m.get("role") == "tool"]
-    assert sorted(calls) == sorted(results)
-
-
-@PROPERTY
-@given(CHATS, OPTIONS)
-def test_applying_twice_changes_nothing_more(msgs: list[dict[str, Any]],
-                                            options: dict[str, Any]) -> None:
-    once = run_rule(FoldDuplicates, msgs, **options).messages
-    assert run_rule(FoldDuplicates, once, **options).messages == once
-
-
-@PROPERTY
-@given(CHATS, OPTIONS)
-def test_same_input_same_output(msgs: list[dict[str, Any]], options: dict[str, Any]) -> None:
-    assert run_rule(FoldDuplicates, msgs, **options).messages == \
-        run_rule(FoldDuplicates, copy.deepcopy(msgs), **options).messages
 
 
 def test_without_system_prompt_and_with_parts_content() -> None:

@@ -10,8 +10,6 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from context_engine.proxy.engine.messages import INJECTED_ACK, MEMORY_HEADER, text_of
 from context_engine.proxy.engine.tokens import TokenCounter
@@ -253,42 +251,6 @@ def test_minilm_matches_reference_similarities():
     sims = v @ v.T
     assert np.allclose(np.diag(sims), 1, atol=1e-5)
     assert abs(sims[0, 1] - 0.7553) < 0.01 and sims[0, 2] < 0.0
-
-
-# --- properties ---------------------------------------------------------------------------
-
-
-@st.composite
-def conversations(draw):
-    words = st.sampled_from(["order", "ORD-12", "flight", "gate", "B22", "refund", "好的", "会员",
-                             "passport", "thanks", "ok", "Berlin", "2024-05-01", "price", "42"])
-    msgs = [{"role": "system", "content": "sys"}]
-    for i in range(draw(st.integers(0, 24))):
-        kind = draw(st.sampled_from(["user", "assistant", "tool"]))
-        text = " ".join(draw(st.lists(words, min_size=1, max_size=8)))
-        if kind == "tool":
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{i}", "type": "function", "function": {"name": "get", "arguments": "{}"}}]})
-            msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": text})
-        else:
-            msgs.append({"role": kind, "content": text})
-    msgs.append({"role": "user", "content": " ".join(draw(st.lists(words, min_size=1, max_size=6)))})
-    if draw(st.booleans()):
-        msgs.append({"role": "assistant", "content": "sure"})
-    return msgs
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(), st.booleans(), st.sampled_from(["before_last_user", "after_system"]))
-def test_properties(msgs, keep_tools, position):
-    deps = make_deps(embedder=HashingEmbedder())
-    opts = {**SMALL, "threshold": 0.0, "keep_tool_units": keep_tools, "position": position}
-    out = run_rule(Retrieve, msgs, deps=deps, **opts)
-    assert_valid_rewrite(msgs, out)
-    assert out.messages[0] == msgs[0]
-    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
-    again = asyncio.run(Retrieve(RetrieveConfig(**opts), deps).apply(out))
-    assert again.messages == out.messages
 
 
 @pytest.mark.parametrize("question,broad", [

@@ -7,8 +7,6 @@ import asyncio
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from context_engine.proxy.engine.messages import SUMMARY_HEADER, units
 from context_engine.proxy.engine.tokens import TokenCounter
@@ -16,7 +14,6 @@ from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from context_engine.rules.summarize.slots import Slots
 from tests.conftest import DATA, needs_data
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
-from tests.rules.chat_strategies import conversation
 
 COUNTER = TokenCounter("o200k_base")
 
@@ -184,24 +181,3 @@ def test_short_requests_are_left_alone():
     assert COUNTER.messages(msgs) < 8000
     assert run_rule(Summarize, msgs).messages is msgs
     assert run_rule(Summarize, msgs, min_tokens=COUNTER.messages(msgs)).messages is not msgs
-
-
-# --- properties ---------------------------------------------------------------------------
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(msgs=conversation(min_units=4, max_units=30), window=st.integers(1, 4),
-       block=st.integers(1, 4),
-       min_chars=st.sampled_from([0, 60, 200]))
-def test_properties(msgs, window, block, min_chars):
-    opts = {"window": window, "block": block, "min_chars": min_chars, "min_tokens": 0}
-    deps = make_deps()
-    out = run_rule(Summarize, msgs, deps=deps, **opts)
-    assert_valid_rewrite(msgs, out)
-    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
-    if out.messages is msgs:
-        assert "summarize" not in out.notes
-    again = run_rule(Summarize, out.messages, deps=deps, **opts)
-    assert again.messages == out.messages  # idempotent
-    fresh = run_rule(Summarize, msgs, **opts)
-    assert fresh.messages == out.messages  # deterministic, store or not

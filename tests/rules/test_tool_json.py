@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_engine.proxy.engine.originals import original_id
@@ -196,55 +196,8 @@ def test_closed_block_rewrite_never_changes_as_the_session_grows():
     assert seen, "no closed block was ever cut"
 
 
-# --- properties -------------------------------------------------------------------------------
-
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6),
-                    st.text(max_size=12), st.sampled_from(["HAT069", "42", "a,b", "x\"y", "é"]))
-JSON = st.recursive(SCALARS, lambda kids: st.one_of(
-    st.lists(kids, max_size=5), st.dictionaries(st.text(max_size=6), kids, max_size=5),
-    st.lists(st.fixed_dictionaries({"id": st.text(max_size=5), "v": kids}), min_size=2,
-             max_size=4)), max_leaves=25)
-CONTENT = st.one_of(JSON.map(json.dumps), JSON.map(lambda v: json.dumps(v, ensure_ascii=False)),
-                    st.text(max_size=300))
-
-
-@st.composite
-def conversations(draw):
-    msgs = [SYSTEM]
-    for i in range(draw(st.integers(1, 7))):
-        kind = draw(st.sampled_from(["user", "assistant", "tool"]))
-        if kind == "tool":
-            n = draw(st.integers(1, 2))
-            msgs.append({"role": "assistant", "content": draw(st.sampled_from([None, "ok"])),
-                         "tool_calls": [{"id": f"c{i}_{k}", "type": "function", "function": {
-                             "name": draw(st.sampled_from(["rows", "get_user_details"])),
-                             "arguments": "{}"}} for k in range(n)]})
-            msgs += [result(f"c{i}_{k}", draw(CONTENT)) for k in range(n)]
-        else:
-            msgs.append({"role": kind, "content": draw(st.text(min_size=1, max_size=40))})
-    if draw(st.booleans()):
-        msgs.append({"role": "user", "content": "last question"})
-    return msgs
-
-
-OPTIONS = st.fixed_dictionaries({
-    "learned_templates": st.booleans(), "stub_unused": st.booleans(),
-    "max_chars": st.sampled_from([0, 80, 16000]), "recent_turns": st.integers(0, 3),
-    "block_turns": st.integers(1, 3)})
-
-
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(), OPTIONS)
-def test_rewrite_is_valid_idempotent_and_never_adds_tokens(msgs, options):
-    out = run_rule(ToolJson, msgs, **options)
-    assert_valid_rewrite(msgs, out)
-    assert out.messages[0] == msgs[0]
-    assert [m for m in out.messages if m["role"] != "tool"] == [
-        m for m in msgs if m["role"] != "tool"]
-    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
-    again = run_rule(ToolJson, out.messages, **options)
-    assert again.messages == out.messages
-
+# --- properties ------------------------------------------------------------------------------
+# (validity, idempotence, tokens, determinism: tests/rules/test_properties.py)
 
 IDENT = st.from_regex(r"[A-Za-z][A-Za-z0-9_@.-]{2,10}", fullmatch=True).filter(
     lambda s: s.lower() not in ("true", "false", "null"))

@@ -27,9 +27,11 @@ from context_engine.rules.zones.fence import (
 from context_engine.rules.zones.rule import SYSTEM_LINE, Zones, ZonesConfig
 from tests.conftest import data_file
 from tests.harness import assert_valid_rewrite, make_deps, run_rule
-from tests.rules.zone_content import MARKER, SECRET, SESSION, conversations, hostile_text
+from tests.rules.chat_strategies import conversation
+from tests.rules.zone_content import MARKER, SECRET, SESSION, hostile_text
 
 COUNTER = TokenCounter("o200k_base")
+CHATS = conversation(max_units=8, hostile=True, media=False)
 TOOL_CALL = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
 
@@ -128,13 +130,12 @@ def _assert_fenced(before, after):
 
 
 @settings(max_examples=80, deadline=None)
-@given(msgs=conversations(), wrap_user=st.booleans())
-def test_invariants_hold_and_no_content_escapes(msgs, wrap_user):
-    ctx = run(msgs, wrap_user=wrap_user)
-    out = ctx.messages
-    assert_valid_rewrite(msgs, ctx)
-    assert [m.get("tool_call_id") for m in out] == [m.get("tool_call_id") for m in msgs]
-    assert [m.get("tool_calls") for m in out] == [m.get("tool_calls") for m in msgs]
+@given(msgs=CHATS, wrap_user=st.booleans())
+def test_no_content_escapes_its_fence(msgs, wrap_user):
+    """What zones promises beyond the invariants every rule keeps
+    (tests/rules/test_properties.py): the system prompt gains exactly the note line, the
+    last user turn is the very object sent, every other rewritten message is one clean zone."""
+    out = run(msgs, wrap_user=wrap_user).messages
     last = last_user_index(msgs)
     assert last == -1 or out[last] is msgs[last]
     if msgs[0]["role"] == "system":
@@ -143,16 +144,10 @@ def test_invariants_hold_and_no_content_escapes(msgs, wrap_user):
         if i == 0 and before["role"] == "system" or after is before:
             continue
         _assert_fenced(before, after)
-    # idempotent: a second pass changes nothing more
-    assert run(out, wrap_user=wrap_user).messages == out
-    # the only tokens added are the reported overhead
-    added = COUNTER.request(out) - COUNTER.request(msgs)
-    note = ctx.notes.get("zones")
-    assert added == (note["added_tokens"] if note else 0)
 
 
 @settings(max_examples=40, deadline=None)
-@given(msgs=conversations())
+@given(msgs=CHATS)
 def test_growing_prefixes_are_rewritten_as_prefixes(msgs):
     """Requests as a live agent sends them: each ends at a real user turn or a tool result.
 

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for zones tests: hostile content and whole conversations.
+"""Hypothesis strategies for zones tests: hostile content (whole conversations come from
+``chat_strategies.conversation(hostile=True)``).
 
 Hostile content is built from our own delimiter fragments, real tags with the session
 marker, marker-shaped digit strings, Unicode look-alikes, invisible characters, HTML and
@@ -7,11 +8,8 @@ JSON escapes, and nested zones.
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import strategies as st
 
-from context_engine.proxy.engine.messages import MEMORY_HEADER, SUMMARY_HEADER
 from context_engine.rules.zones.fence import close_tag, open_tag, session_marker, wrap
 
 SECRET = "property-secret"
@@ -51,34 +49,4 @@ def _nest(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 hostile_text = st.recursive(_flat, _nest, max_leaves=4)
 ordinary_text = st.text(min_size=1, max_size=40)
 any_text = st.one_of(hostile_text, ordinary_text)
-nonempty_text = any_text.filter(lambda s: s != "")
-
-
-@st.composite
-def conversations(draw: Any) -> list[dict[str, Any]]:
-    """A valid chat-completions message list with tool calls, injected and hostile turns."""
-    msgs: list[dict[str, Any]] = []
-    if draw(st.booleans()):
-        msgs.append({"role": "system", "content": draw(nonempty_text)})
-    calls = 0
-    for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(("user", "assistant", "tools", "summary", "memory")))
-        if kind == "tools":
-            ids = [f"call_{calls + k}" for k in range(draw(st.integers(1, 3)))]
-            calls += len(ids)
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
-                for i in ids]})
-            for i in ids:
-                content: Any = draw(any_text)
-                if draw(st.integers(0, 4)) == 0:
-                    content = [{"type": "text", "text": draw(any_text)}]
-                msgs.append({"role": "tool", "tool_call_id": i, "content": content})
-        elif kind in ("summary", "memory"):
-            header = SUMMARY_HEADER if kind == "summary" else MEMORY_HEADER
-            msgs.append({"role": "user", "content": header + "\n" + draw(any_text)})
-        else:
-            msgs.append({"role": kind, "content": draw(nonempty_text)})
-    if draw(st.booleans()):
-        msgs.append({"role": "user", "content": draw(nonempty_text)})
-    return msgs
+nonempty_text = any_text.filter(lambda s: s.strip() != "")
