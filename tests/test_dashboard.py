@@ -66,22 +66,22 @@ def seed_rows(now: float) -> list[LedgerRow]:
     rows = [
         row(30 * HOUR, session="s1", model="gpt-4o", tokens_original=12_000, tokens_sent=7_000,
             prompt_tokens=7_000, cached_tokens=2_000, proxy_ms=4.2, utilization=0.42, oscillation=0.0,
-            journal=journal(("fold_duplicates", 12_000, 9_000), ("trim_tool_output", 9_000, 7_000))),
+            journal=journal(("fold_duplicates", 12_000, 9_000), ("tool_json", 9_000, 7_000))),
         row(29 * HOUR, session="s1", model="gpt-4o", tokens_original=15_000, tokens_sent=9_500,
             prompt_tokens=9_500, cached_tokens=6_000, proxy_ms=6.8, completion_tokens=300,
             utilization=0.58, oscillation=0.25, est_cached_original=11_000, cache_write_tokens=500,
             prefix_kept_tokens=6_500, prefix_break_index=4, prefix_break_rule="fold_duplicates",
             provider_missed_tokens=1_500,
-            journal=journal(("fold_duplicates", 15_000, 11_000), ("trim_tool_output", 11_000, 9_500))),
+            journal=journal(("fold_duplicates", 15_000, 11_000), ("tool_json", 11_000, 9_500))),
         row(20 * HOUR, session="s2", model="gpt-4o-mini", tokens_original=8_000, tokens_sent=6_000,
             prompt_tokens=6_000, cached_tokens=0, proxy_ms=2.1,
-            journal=journal(("fold_duplicates", 8_000, 8_000), ("token_budget", 8_000, 6_000))),
+            journal=journal(("fold_duplicates", 8_000, 8_000), ("budget", 8_000, 6_000))),
         row(19 * HOUR, session="s2", model="gpt-4o-mini", tokens_original=9_000, tokens_sent=9_000,
             prompt_tokens=9_000, cached_tokens=4_000, proxy_ms=15.5, failed_open=True, rule_errors=1,
-            journal=journal(("fold_duplicates", 9_000, 8_500), error="token_budget")),
+            journal=journal(("fold_duplicates", 9_000, 8_500), error="budget")),
         row(5 * HOUR, session="s3", model="gpt-4o", tokens_original=20_000, tokens_sent=15_000, mode="shadow",
             arm="shadow", prompt_tokens=20_000, cached_tokens=0, proxy_ms=1.1,
-            journal=journal(("fold_duplicates", 20_000, 16_000), ("trim_tool_output", 16_000, 15_000))),
+            journal=journal(("fold_duplicates", 20_000, 16_000), ("tool_json", 16_000, 15_000))),
         row(10 * DAY, session="old", model="gpt-4o", tokens_original=50_000, tokens_sent=25_000,
             prompt_tokens=25_000, cached_tokens=0, proxy_ms=3.0,
             journal=journal(("fold_duplicates", 50_000, 25_000))),
@@ -97,7 +97,7 @@ def seed_rows(now: float) -> list[LedgerRow]:
                             arm=arm, tokens_original=original + extra, tokens_sent=sent + extra,
                             prompt_tokens=sent + extra, cached_tokens=1_000 * turn, proxy_ms=1.5 + i,
                             finish_reason="length" if (i, turn) == (3, 1) else "stop",
-                            journal=journal(("trim_tool_output", original + extra, sent + extra))
+                            journal=journal(("tool_json", original + extra, sent + extra))
                             if rewritten else []))
     return sorted(rows, key=lambda r: r.ts)  # the proxy appends in time order
 
@@ -223,10 +223,10 @@ def test_dashboard_shows_the_ledger_numbers(browser: Any, dashboard_server: tupl
 
     # Per-rule table: one row per rule, with the journal's numbers.
     rules = {r["rule"]: r for r in stats["by_rule"]}
-    assert set(rules) == {"fold_duplicates", "trim_tool_output", "token_budget"}
+    assert set(rules) == {"fold_duplicates", "tool_json", "budget"}
     assert rules["fold_duplicates"]["saved"] == 3_000 + 4_000 + 0 + 0  # failed-open row counts 0
     assert rules["fold_duplicates"]["would_save"] == 4_000
-    assert rules["token_budget"]["failures"] == 1
+    assert rules["budget"]["failures"] == 1
     for name, r in rules.items():
         tr = browser.find_element(By.CSS_SELECTOR, f'#rules tr[data-rule="{name}"]')
         for col in ("saved", "fired", "runs", "failures", "would_save"):
