@@ -12,7 +12,7 @@ from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.store.stores import MemoryStore
 
 
-def make_ctx(messages: list[dict[str, Any]], **kw: Any) -> RequestContext:
+def make_ctx(messages: list[Any], **kw: Any) -> RequestContext:
     kw.setdefault("model", "gpt-4o")
     kw.setdefault("session_id", "test-session")
     return RequestContext(messages=messages, **kw)
@@ -23,7 +23,7 @@ def make_deps(**kw: Any) -> RuleDeps:
     return RuleDeps(**kw)
 
 
-def run_rule(cls: type, messages: list[dict[str, Any]], deps: RuleDeps | None = None,
+def run_rule(cls: type[Any], messages: list[Any], deps: RuleDeps | None = None,
              ctx_kw: dict[str, Any] | None = None, **options: Any) -> RequestContext:
     """Apply one rule with ``options`` and return the resulting context.
 

@@ -24,6 +24,8 @@ from context_engine.proxy.recording.ledger import read_rows
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 
+pytestmark = pytest.mark.slow  # real agent CLIs
+
 # The first output is long: tool_json clips it (over max_chars), so the ledger shows a rewrite.
 SCRIPT = [{"shell": "seq 1 4000"}, {"shell": "echo step-two-done"}, {"shell": "ls"},
           {"text": "All done."}]

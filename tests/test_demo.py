@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from context_engine.proxy.demo.conversation import conversation, request_points
 from context_engine.proxy.engine.invariants import problems
 from context_engine.proxy.recording.ledger import read_rows
@@ -16,6 +18,7 @@ def test_sample_conversation_is_a_valid_request_at_every_point():
         assert problems(msgs[: point + 1]) == []
 
 
+@pytest.mark.slow
 def test_demo_replays_through_the_sdk_and_reports(tmp_path):
     ledger = tmp_path / "demo.db"
     r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "demo", "--ledger", str(ledger),

@@ -184,6 +184,7 @@ def _alive_and_recording(served: Served, forwarded_before: int, forwarded: int) 
     assert "Exception in ASGI application" not in served.log.read_text()
 
 
+@pytest.mark.slow
 def test_ten_thousand_generated_bodies_are_forwarded_or_answered_4xx(served):
     before = len(served.rows())
     counts: dict[str, int] = {"4xx": 0, "same": 0, "rewritten": 0}
@@ -216,6 +217,7 @@ def test_ten_thousand_generated_bodies_are_forwarded_or_answered_4xx(served):
     _alive_and_recording(served, before, counts["same"] + counts["rewritten"])
 
 
+@pytest.mark.slow
 def test_hypothesis_bodies_are_forwarded_or_answered_4xx(served):
     before = len(served.rows())
     counts = {"4xx": 0, "same": 0, "rewritten": 0}

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.pipeline import Pipeline
@@ -85,6 +86,7 @@ sys.stdout.buffer.write(splice(body, res.ctx.messages))
 """
 
 
+@pytest.mark.slow
 def test_default_rewrites_are_byte_identical_across_processes():
     from context_engine.proxy.demo.conversation import TOOLS, conversation
 

@@ -25,6 +25,7 @@ from tests.conftest import DATA, REPO, _service, needs_data
 
 REDIS = os.environ.get("CONTEXT_ENGINE_TEST_REDIS", "")
 pytestmark = [
+    pytest.mark.slow,  # real replica processes behind nginx
     pytest.mark.skipif(not REDIS, reason="set CONTEXT_ENGINE_TEST_REDIS (CI starts redis-server)"),
     needs_data("locomo_dev.jsonl", "agent_traces_dev.jsonl"),
 ]

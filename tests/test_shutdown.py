@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from context_engine.proxy.recording.ledger import read_rows
 from tests.conftest import REPO
@@ -41,6 +42,7 @@ def _start(mock, tmp_path, port):
     raise AssertionError(proc.stdout.read().decode() if proc.stdout else "server did not start")
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_requests_and_flushes_the_ledger(mock, tmp_path):
     from openai import OpenAI
 

@@ -10,8 +10,10 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -64,7 +66,9 @@ def test_each_request_emits_a_span_with_its_attributes_and_an_upstream_child(moc
         deadline = time.time() + 10
         while len(exporter.get_finished_spans()) < 6 and time.time() < deadline:
             time.sleep(0.01)
-    spans = exporter.get_finished_spans()
+    # ReadableSpan's attributes are Optional[Mapping[str, AnyValue]]: read them as the
+    # values this test set (Any), each checked below
+    spans: list[Any] = list(exporter.get_finished_spans())
     assert sorted(s.name for s in spans) == ["context-engine chat"] * 3 + ["upstream"] * 3
     ok, second = [s for s in spans
                   if s.name == "context-engine chat" and s.attributes["context_engine.model"] == "gpt-4o"]
@@ -93,7 +97,7 @@ def test_each_request_emits_a_span_with_its_attributes_and_an_upstream_child(moc
 
 
 class _Collector(BaseHTTPRequestHandler):
-    received: list[ExportTraceServiceRequest] = []
+    received: list[tuple[str, str | None, ExportTraceServiceRequest]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))
@@ -131,6 +135,7 @@ def test_otel_true_exports_spans_over_otlp_as_the_otel_variables_say(mock, tmp_p
     assert service == "ce-test" and names == ["context-engine chat", "upstream"]
 
 
+@pytest.mark.slow
 def test_tracing_is_off_by_default_and_the_server_then_never_imports_opentelemetry(tmp_path):
     assert load_settings(flags={}, env={}, config_path=os.devnull).otel is False
     code = ("import sys; from context_engine.proxy.cli import main; from context_engine.proxy.edge.app import create_app; "

@@ -123,6 +123,7 @@ class Served(tuple):
 TURNS = st.lists(st.tuples(st.integers(-2, 9), st.none() | st.integers(0, 20)), min_size=1, max_size=9)
 
 
+@pytest.mark.slow
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(api=st.sampled_from(["responses", "anthropic"]), turns=TURNS)
 def test_generated_bodies_never_5xx_and_keep_opaque_bytes(server, api, turns):

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from context_engine.bench.cases import DEV_FILES, load_cases
 from context_engine.bench.cli import main
 from tests.conftest import DATA
@@ -17,6 +19,7 @@ def _without_latency(value):
     return value
 
 
+@pytest.mark.slow
 @needs_data
 def test_bench_on_real_cases_is_deterministic(tmp_path, capsys):
     outs = []
@@ -41,6 +44,7 @@ def test_bench_on_real_cases_is_deterministic(tmp_path, capsys):
     assert "| locomo_dev.jsonl | last_n(12) |" in (tmp_path / "bench.md").read_text()
 
 
+@pytest.mark.slow
 @needs_data
 def test_replay_on_real_cases(tmp_path):
     path = tmp_path / "replay.json"

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import DATA, REPO, needs_data
 
 
+@pytest.mark.slow
 @needs_data("agent_traces_dev.jsonl")
 def test_load_bench_runs_three_phases_without_errors(tmp_path):
     out = tmp_path / "load.json"

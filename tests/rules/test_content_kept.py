@@ -177,6 +177,7 @@ def _cases(name: str, limit: int) -> list[list[dict[str, Any]]]:
     return out
 
 
+@pytest.mark.slow
 def test_real_conversations_keep_speakers_apart_and_instructions_whole():
     for msgs in _cases("locomo_dev.jsonl", 2) + _cases("agent_traces_dev.jsonl", 6):
         for budget in (0, 4000):

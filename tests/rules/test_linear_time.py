@@ -30,6 +30,8 @@ from context_engine.proxy.settings import build_rules, load_settings
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import HashingEmbedder
 
+pytestmark = pytest.mark.slow  # large pathological turns, timed per size
+
 GROWTH = 8.0  # allowed time ratio for 4× the input (linear ≈ 4, quadratic ≈ 16)
 
 # Modules whose patterns see request content (user, assistant and tool text).

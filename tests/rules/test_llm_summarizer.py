@@ -86,6 +86,7 @@ def summarize_with(server: ThreadingHTTPServer, timeout: float = 60.0) -> Any:
     return asyncio.run(rule.apply(make_ctx(chat())))
 
 
+@pytest.mark.slow
 def test_the_model_fills_the_slots_once_per_block(upstream):
     out = summarize_with(upstream)
     assert_valid_rewrite(chat(), out)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.messages import last_user_index, text_of
 from context_engine.rules.zones.fence import has_lookalike, neutralise, parse, session_marker
@@ -70,6 +72,7 @@ def _as_tool_result(case, text):
             {"role": "tool", "tool_call_id": "call_x", "content": text}]
 
 
+@pytest.mark.slow
 def test_every_payload_stays_inside_its_zone():
     escapes, checked = [], 0
     for case in _cases():
