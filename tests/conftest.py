@@ -44,7 +44,8 @@ def needs_data(*names: str) -> pytest.MarkDecorator:
 
 @pytest.fixture(scope="session")
 def mock() -> Iterator[MockUpstream]:
-    with MockUpstream() as m:
+    m = MockUpstream()  # ServerThread.__enter__ is typed as returning a ServerThread
+    with m:
         yield m
 
 

@@ -36,6 +36,12 @@ def run_rule(cls: type[Any], messages: list[Any], deps: RuleDeps | None = None,
     return out
 
 
+def content(m: Any) -> str:
+    """A message's content, checked to be a plain string."""
+    assert isinstance(m["content"], str), m
+    return m["content"]
+
+
 def assert_valid_rewrite(original: list[dict[str, Any]], ctx: RequestContext) -> None:
     found = rewrite_problems(original, ctx.messages, ctx.system_line)
     assert not found, found

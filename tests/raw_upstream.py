@@ -96,8 +96,8 @@ class RawUpstream:
                     while True:
                         while b"\r\n" not in buf:
                             buf += conn.recv(65536) or b"\r\n\r\n0\r\n"
-                        line, buf = buf.split(b"\r\n", 1)
-                        size = int(line.split(b";")[0] or b"0", 16)
+                        size_line, buf = buf.split(b"\r\n", 1)
+                        size = int(size_line.split(b";")[0] or b"0", 16)
                         buf = self._fill(conn, buf, size + 2)
                         body, buf = body + buf[:size], buf[size + 2:]
                         if size == 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,8 +228,8 @@ def test_one_plain_text_block_reads_as_a_string_and_goes_back_as_a_block():
 
 @pytest.mark.parametrize("api", ["anthropic", "responses"])
 def test_a_message_sent_empty_stays_when_a_rule_changes_another(api):
-    empty = {"role": "user", "content": []}
-    msgs = [empty, {"role": "assistant", "content": "old"}, {"role": "user", "content": "x"}]
+    empty: dict[str, Any] = {"role": "user", "content": []}
+    msgs: list[dict[str, Any]] = [empty, {"role": "assistant", "content": "old"}, {"role": "user", "content": "x"}]
     body = {"model": "m", "max_tokens": 5, "messages": msgs} if api == "anthropic" else {
         "model": "m", "input": [{"type": "message", **m} for m in msgs]}
     raw = json.dumps(body).encode()

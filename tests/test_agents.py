@@ -32,8 +32,9 @@ SCRIPT = [{"shell": "seq 1 4000"}, {"shell": "echo step-two-done"}, {"shell": "l
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, Any, str]]:
-    with MockUpstream(script=SCRIPT) as mock:
+def stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
+    mock = MockUpstream(script=SCRIPT)
+    with mock:
         settings = load_settings(flags={"store": "memory://", "ledger": str(tmp_path / "ledger.db"),
                                         "rules": "fold_duplicates,tool_json,budget",
                                         # Codex cuts a command's output to ~10k chars itself

@@ -4,6 +4,7 @@ loopback mock (real JSON bodies and event streams, signed thinking blocks)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anthropic
 import httpx
@@ -34,7 +35,7 @@ def client(proxy, key="sk-ant-test", **kw):
 def test_create_tool_loop_with_thinking(start_proxy, mock):
     proxy = start_proxy()
     c = client(proxy)
-    messages = [{"role": "user", "content": "Find the answer."}]
+    messages: list[Any] = [{"role": "user", "content": "Find the answer."}]
     for turn in range(4):
         msg = c.messages.create(model="claude-sonnet-4-5", max_tokens=1024, messages=messages,
                                 tools=TOOLS, thinking={"type": "enabled", "budget_tokens": 1024})
@@ -139,6 +140,7 @@ def test_sdk_raises_its_own_error_type_on_a_bad_request(start_proxy):
     with pytest.raises(anthropic.BadRequestError) as info:
         client(proxy).messages.create(model="claude-sonnet-4-5", max_tokens=8,
                                       messages=[{"role": "user", "content": [{"text": "x"}]}])
+    assert isinstance(info.value.body, dict)
     assert info.value.body["error"]["type"] == "invalid_request_error"
 
 

@@ -5,6 +5,7 @@ routes keep OpenAI's shape."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import anthropic
 import httpx
@@ -12,7 +13,7 @@ import pytest
 
 from tests import raw_upstream
 
-MSGS = [{"role": "user", "content": "hi"}]
+MSGS: list[Any] = [{"role": "user", "content": "hi"}]
 VERSION = {"anthropic-version": "2023-06-01"}
 
 
@@ -124,10 +125,10 @@ def test_bad_bodies_and_oversized_bodies_raise_the_sdks_own_classes(start_proxy,
         c.messages.create(model="claude-sonnet-4-5", max_tokens=8,
                           messages=[{"role": "user", "content": "x" * 3000}])
     _anthropic_error(info.value.body, "request_too_large")
-    with pytest.raises(anthropic.BadRequestError) as info:
+    with pytest.raises(anthropic.BadRequestError) as bad:
         c.messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=MSGS,
                           extra_headers={"x-context-engine-rules": "no-such-profile"})
-    _anthropic_error(info.value.body, "invalid_request_error")
+    _anthropic_error(bad.value.body, "invalid_request_error")
     r = httpx.post(proxy.url + "/v1/messages", content=b'{"messages": [1]', headers=VERSION)
     assert r.status_code == 400
     assert "JSON" in _anthropic_error(r.json(), "invalid_request_error")

@@ -40,7 +40,8 @@ def test_memoize_caps_long_texts_by_bytes():
     texts = [uuid.uuid4().hex * 500 for _ in range(50)]  # 16 kB each, 800 kB in all
     for t in texts:
         assert upper(t) == t.upper()
-    assert upper.cache.bytes <= 100_000 and len(upper.cache) < 10
+    cache: BoundedCache[str, str] = upper.cache  # type: ignore[attr-defined]  # memoize's fn.cache
+    assert cache.bytes <= 100_000 and len(cache) < 10
     assert upper(texts[-1]) == texts[-1].upper() and len(calls) == 50  # the recent one is cached
     assert upper("short") == "SHORT" and upper("short") == "SHORT" and len(calls) == 51
 
@@ -61,7 +62,8 @@ def test_token_counts_of_long_texts_are_cached_by_digest_not_by_text():
 def test_normalize_memo_is_bounded_in_bytes():
     for _ in range(120):
         normalize("Some Tool Output, " + uuid.uuid4().hex * 10_000)  # 320 kB each, ~38 MB in all
-    assert normalize.cache.bytes <= normalize.cache.max_bytes
+    cache: BoundedCache[str, str] = normalize.cache  # type: ignore[attr-defined]  # memoize's fn.cache
+    assert cache.bytes <= cache.max_bytes
     assert normalize("Hello, World!") == "hello world"
 
 

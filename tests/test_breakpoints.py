@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -55,7 +56,8 @@ def conversation(draw):
 def rewrite(msgs, ops, inserts, compacted=None):
     """A rule-like rewrite: returns the new list and, per original message, where it went
     unchanged (``compacted``, if given, gets where each tool result compacted in place went)."""
-    out, where = [], []
+    out: list[Any] = []
+    where: list[int | None] = []
     compacted = {} if compacted is None else compacted
     for i, (m, op) in enumerate(zip(msgs, ops)):
         for _ in range(inserts.count(i)):
@@ -84,7 +86,7 @@ def rewrite(msgs, ops, inserts, compacted=None):
 
 def marked(messages):
     """{(message index, part index or 'msg'): marker} of a request."""
-    got = {}
+    got: dict[tuple[int, int | str], Any] = {}
     for k, m in enumerate(messages):
         if MARK in m:
             got[(k, "msg")] = m[MARK]
@@ -96,10 +98,10 @@ def marked(messages):
 
 
 def expected(msgs, out, where, compacted=None):
-    want = {}
+    want: dict[tuple[int, int | str], Any] = {}
     last = None
     for i, m in enumerate(msgs):
-        own = [("msg", m[MARK])] if MARK in m else []
+        own: list[tuple[int | str, Any]] = [("msg", m[MARK])] if MARK in m else []
         if isinstance(m["content"], list):
             own += [(j, p[MARK]) for j, p in enumerate(m["content"]) if MARK in p]
         if where[i] is not None:
@@ -124,7 +126,7 @@ def expected(msgs, out, where, compacted=None):
 def test_markers_stay_on_kept_blocks_and_move_back_from_replaced_ones(case):
     msgs, ops, inserts = case
     before = json.dumps(msgs)
-    compacted = {}
+    compacted: dict[int, int] = {}
     out, where = rewrite(msgs, ops, inserts, compacted)
     got, moves = restore(msgs, out)
     assert json.dumps(msgs) == before, "the client's request is never mutated"
@@ -157,7 +159,7 @@ def test_auto_breakpoints_only_where_the_client_set_none():
     assert moves.added == 2
     have = marked(got)
     assert set(have) == {(0, 0), (8, 0)}  # after the system prompt; end of the closed blocks
-    client = [dict(m) for m in msgs]
+    client: list[dict[str, Any]] = [dict(m) for m in msgs]
     client[5] = {**client[5], MARK: CC}
     got, moves = restore(client, list(client), auto=True)
     assert moves.added == 0 and marked(got) == {(5, "msg"): CC}
@@ -166,16 +168,19 @@ def test_auto_breakpoints_only_where_the_client_set_none():
 def _naive_where(msgs, out):
     """Per original message, the output index of an equal message (markers aside), in
     order; and where each other tool result went under its call id (compacted in place)."""
-    where, floor = [], -1
+    where: list[int | None] = []
+    floor = -1
     for m in msgs:
         hit = next((k for k in range(floor + 1, len(out)) if canonical(out[k]) == canonical(m)), None)
         if hit is not None:
             floor = hit
         where.append(hit)
-    compacted, floor = {}, -1
+    compacted: dict[int, int] = {}
+    floor = -1
     for i, m in enumerate(msgs):
-        if where[i] is not None:
-            floor = where[i]
+        at = where[i]
+        if at is not None:
+            floor = at
             continue
         later = [w for w in where[i + 1:] if w is not None]
         upper = later[0] if later else len(out)
@@ -191,7 +196,7 @@ def _naive_where(msgs, out):
 def agent_conversation(draw):
     """Tool calls with JSON results (tool_json compacts them), repeated calls and
     acknowledgements (fold_duplicates folds them), markers on random blocks."""
-    msgs = [{"role": "system", "content": [{"type": "text", "text": "You are an agent."}]}]
+    msgs: list[Any] = [{"role": "system", "content": [{"type": "text", "text": "You are an agent."}]}]
     n = draw(st.integers(3, 10))
     for i in range(n):
         msgs.append({"role": "user", "content": draw(st.sampled_from(["ok", "thanks", f"task {i}"]))})
@@ -199,7 +204,8 @@ def agent_conversation(draw):
         call = {"id": f"c{i}", "type": "function",
                 "function": {"name": "lookup", "arguments": json.dumps({"q": q})}}
         msgs.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        rows = [{"id": k, "name": f"item {q}-{k}", "note": None, "tags": []} for k in range(6)]
+        rows: list[dict[str, Any]] = [{"id": k, "name": f"item {q}-{k}", "note": None, "tags": []}
+                                      for k in range(6)]
         msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": json.dumps({"rows": rows}, indent=2)})
     msgs.append({"role": "user", "content": [{"type": "text", "text": "And now?"}]})
     for i in draw(st.lists(st.integers(0, len(msgs) - 1), max_size=5, unique=True)):
@@ -244,9 +250,10 @@ def test_a_marker_on_the_newest_tool_result_stays_on_its_compacted_form():
     from context_engine.proxy.settings import load_settings
     from context_engine.proxy.store.stores import MemoryStore
 
-    rows = [{"id": k, "name": f"item {k}", "note": None, "tags": []} for k in range(8)]
-    msgs = [{"role": "system", "content": "You are an agent."},
-            {"role": "user", "content": "list the items"},
+    rows: list[dict[str, Any]] = [{"id": k, "name": f"item {k}", "note": None, "tags": []}
+                                  for k in range(8)]
+    msgs: list[Any] = [{"role": "system", "content": "You are an agent."},
+                       {"role": "user", "content": "list the items"},
             {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"rows": rows}, indent=2),

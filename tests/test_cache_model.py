@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from context_engine.bench import billing
 from context_engine.bench.systems import Outcome
@@ -103,7 +104,7 @@ def _unchanged_replay(case_id: str) -> billing.CaseBill:
         tools = None
 
     class T:
-        bill = None
+        bill: Any = None
 
         def add_bill(self, b):
             self.bill = b

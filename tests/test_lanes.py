@@ -194,7 +194,11 @@ def test_background_queue_is_bounded_and_drops():
     lane = BackgroundLane(1)
     release, entered = threading.Event(), threading.Event()
     try:
-        assert lane.submit(lambda: (entered.set(), release.wait(WAIT)))
+        def hold() -> None:
+            entered.set()
+            release.wait(WAIT)
+
+        assert lane.submit(hold)
         assert entered.wait(WAIT)
         assert not lane.submit(lambda: None)
         assert lane.dropped == 1
@@ -262,11 +266,13 @@ def test_closing_skips_queued_rewrites_and_waits_for_the_running_one():
     first = lane.submit("A", held)
     assert running.wait(WAIT)
     queued = [lane.submit("A", lambda: ran.append("a2")), lane.submit("B", lambda: ran.append("b"))]
+    assert first is not None and None not in queued
+    jobs = [j for j in queued if j is not None]
     closer = threading.Thread(target=lane.close)
     closer.start()
-    while not all(j.abandoned for j in queued):  # close() marks them before it waits
+    while not all(j.abandoned for j in jobs):  # close() marks them before it waits
         threading.Event().wait(0.01)
     release.set()
     closer.join(WAIT)
     assert not closer.is_alive() and ran == ["held"] and first.future.result() == "held"
-    assert all(j.future.result() is None for j in queued) and lane.queued == 0
+    assert all(j.future.result() is None for j in jobs) and lane.queued == 0

@@ -41,9 +41,12 @@ def test_each_request_writes_one_row(start_proxy):
 
 def test_cost_arithmetic_uses_cached_rate():
     p = price_for("gpt-4o")
+    assert p is not None
     row = {"model": "gpt-4o", "tokens_original": 1500, "tokens_sent": 1000, "prompt_tokens": 1000,
            "cached_tokens": 400, "completion_tokens": 10}
-    original, actual = row_costs(row)
+    costs = row_costs(row)
+    assert costs is not None
+    original, actual = costs
     assert actual == pytest.approx(600 * p.input + 400 * p.cached_input + 10 * p.output)
     assert original == pytest.approx(1100 * p.input + 400 * p.cached_input + 10 * p.output)
     assert row_costs({"model": "no-such-model"}) is None

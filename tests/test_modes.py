@@ -81,7 +81,9 @@ def test_ab_report_arithmetic_on_a_hand_built_ledger():
     rows = [_row("a", "rewrite", 100), _row("a", "rewrite", 300), _row("b", "rewrite", 200),
             _row("c", "passthrough", 400), _row("d", "passthrough", 600, status=500, finish="length", retries=2)]
     ab = compare(rows)
-    p = row_costs(_row("x", "rewrite", 1))[1]  # $ per prompt token
+    costs = row_costs(_row("x", "rewrite", 1))
+    assert costs is not None
+    p = costs[1]  # $ per prompt token
     rw, pt = ab["arms"]["rewrite"], ab["arms"]["passthrough"]
     assert (rw["sessions"], rw["requests"], pt["sessions"], pt["requests"]) == (2, 3, 2, 2)
     assert rw["cost_per_request"] == pytest.approx(200 * p)  # sessions a (mean 200) and b (200)

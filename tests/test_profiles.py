@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import httpx
 import pytest
@@ -31,7 +32,7 @@ MSGS = [
 @pytest.fixture
 def named_proxy(mock, tmp_path):
     """A proxy whose rules are named in its settings (so profiles can build theirs)."""
-    servers = []
+    servers: list[Any] = []
 
     def start(rules: str, **flags):
         flags.update(rules=rules, store="memory://", upstream=mock.url + "/v1",

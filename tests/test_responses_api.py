@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -15,7 +16,7 @@ from tests.fake_rules import DropOldAssistant
 TOOLS = [{"type": "function", "name": "lookup", "description": "Look up a fact.",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]
 ENC = "gAAAAABsecret+/reasoning=="
-HISTORY = [
+HISTORY: list[Any] = [
     {"role": "user", "content": "What is 2+2?"},
     {"role": "assistant", "content": "4"},
     {"role": "user", "content": "Look up the capital of France."},

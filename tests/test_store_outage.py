@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
+from typing import Any
 
 import httpx
 import numpy as np
@@ -149,7 +150,7 @@ def test_during_an_outage_requests_go_out_promptly_and_healthz_shows_the_store(t
     engine = Engine(settings)
     assert isinstance(engine.store, GuardedStore)
     payload = '{"rows": [' + ", ".join(f'{{"id": "R{i}", "seat": null, "note": ""}}' for i in range(20)) + "]}"
-    body = {"model": "gpt-4o", "messages": [
+    body: dict[str, Any] = {"model": "gpt-4o", "messages": [
         {"role": "user", "content": "list rows"},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "rows", "arguments": "{}"}}]},

@@ -84,7 +84,7 @@ def test_body_cut_midway_answers_502_not_an_empty_200(start_proxy, raw):
     with pytest.raises(openai.APIStatusError) as info:
         proxy.client().chat.completions.create(model="cut-body", messages=MSGS)
     assert info.value.status_code == 502
-    assert info.value.body["code"] == "upstream_broken"
+    assert isinstance(info.value.body, dict) and info.value.body["code"] == "upstream_broken"
     row = proxy.rows()[-1]
     assert row["status"] == 502 and "mid-body" in row["error"]
 

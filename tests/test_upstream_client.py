@@ -63,7 +63,7 @@ def test_the_request_goes_out_as_the_client_sent_it() -> None:
     (sent,) = seen
     assert sent.method == "POST" and sent.content == body
     assert str(sent.url) == "http://upstream.test/api/v1/chat/completions"
-    names = [k.lower() for k, _ in sent.headers.raw]
+    names = [k.decode().lower() for k, _ in sent.headers.raw]
     assert sent.headers["authorization"] == "Bearer sk-x" and sent.headers["x-custom"] == "kept"
     assert "connection" not in names and "transfer-encoding" not in names
     assert sent.headers["host"] == "upstream.test"  # the new connection's, not the client's

@@ -50,7 +50,7 @@ class DropMarked:
     async def apply(self, ctx: RequestContext) -> RequestContext:
         kept = [m for m in ctx.messages if not (
             m.get("role") == "assistant" and isinstance(m.get("content"), str)
-            and m["content"].startswith(self.config.marker))]
+            and str(m["content"]).startswith(self.config.marker))]
         if len(kept) == len(ctx.messages):
             return ctx
         return ctx.with_note(self.name, {"dropped": len(ctx.messages) - len(kept)}).replace(

@@ -1,3 +1,5 @@
+from typing import Any
+
 from context_engine.bench.metrics import (
     cache_cost,
     length_bucket,
@@ -14,7 +16,7 @@ COUNTER = TokenCounter("o200k_base")
 
 
 def test_visible_text_covers_contents_text_parts_and_tool_arguments():
-    messages = [
+    messages: list[Any] = [
         SYSTEM,
         {"role": "user", "content": [{"type": "text", "text": "part one"}]},
         {"role": "assistant", "content": None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 
 import yaml
@@ -11,7 +12,7 @@ from context_engine.proxy.billing.pricing import context_window
 from context_engine.proxy.engine.messages import SUMMARY_HEADER
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.budget import Budget, BudgetConfig
-from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
+from tests.harness import assert_valid_rewrite, content, make_ctx, make_deps, run_rule
 
 COUNTER = TokenCounter("o200k_base")
 
@@ -66,7 +67,7 @@ def test_what_cannot_fit_is_forwarded_and_recorded():
 def test_dropped_tool_outputs_are_kept_in_the_store():
     deps = make_deps()
     out = run_rule(Budget, history(), deps=deps, max_input_tokens=COUNTER.messages(history()) - 1)
-    stub = out.messages[3]["content"]
+    stub = content(out.messages[3])
     oid = stub.rsplit("orig:", 1)[1]
     assert deps.store.get("orig:" + oid) == history()[3]["content"].encode()
 
@@ -101,14 +102,14 @@ def test_a_unit_with_stubbed_and_raw_results_loses_only_the_raw_ones():
     stub = "[tool_json: unused rows result; original: orig:0123456789ab]"
     msgs.insert(4, {"role": "tool", "tool_call_id": "c2", "content": stub})
     out = run_rule(Budget, msgs, max_input_tokens=COUNTER.messages(msgs) - 1)
-    assert out.messages[4] == msgs[4] and out.messages[3]["content"].startswith("[context-engine:")
+    assert out.messages[4] == msgs[4] and content(out.messages[3]).startswith("[context-engine:")
     assert_valid_rewrite(msgs, out)
 
 
 def test_no_model_map_means_no_derived_budget(monkeypatch):
     from context_engine.proxy.billing import pricing
 
-    monkeypatch.setattr(pricing.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert pricing.price_map.__wrapped__() == {}
 
 

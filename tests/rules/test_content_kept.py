@@ -28,7 +28,7 @@ from context_engine.rules.tool_json.rule import ToolJson
 from context_engine.rules.zones.fence import quote_role_labels
 from context_engine.rules.zones.rule import Zones
 from tests.conftest import data_file
-from tests.harness import make_deps
+from tests.harness import make_ctx, make_deps
 from tests.rules.chat_strategies import conversation
 
 COUNTER = TokenCounter("o200k_base")
@@ -40,7 +40,7 @@ FILLER = ["The weather was grey all week and the garden needs water again.",
           "The bakery on the corner started selling sourdough with olives."]
 
 
-def user_pairs(messages: list[dict[str, Any]]) -> int:
+def user_pairs(messages: list[Any]) -> int:
     return sum(1 for a, b in zip(messages, messages[1:]) if a["role"] == b["role"] == "user")
 
 
@@ -54,7 +54,7 @@ def all_rules(budget: int = 600) -> list[Any]:
             Budget(Budget.Config(max_input_tokens=budget), deps)]
 
 
-def pipeline_run(rule_list: list[Any], messages: list[dict[str, Any]]):
+def pipeline_run(rule_list: list[Any], messages: list[Any]):
     ctx = RequestContext(messages=messages, model="gpt-4o", session_id="s", original=messages)
     return asyncio.run(Pipeline(rule_list).run(ctx, COUNTER))
 
@@ -144,7 +144,7 @@ def test_images_and_audio_in_old_turns_are_kept(budget):
 
 
 def test_an_ack_between_two_user_turns_stays():
-    msgs = [{"role": "system", "content": "sys"}]
+    msgs: list[Any] = [{"role": "system", "content": "sys"}]
     for i in range(8):
         msgs += [{"role": "user", "content": f"Please add item {i} to the list."},
                  {"role": "assistant", "content": "ok" if i % 2 else f"Added item {i}."}]
@@ -203,7 +203,7 @@ def test_a_recalled_turn_cannot_pose_as_the_system():
     deps = make_deps(embedder=HashingEmbedder())
     rule = Retrieve(Retrieve.Config(window=2, block=2, min_closed_tokens=0, embedder="hashing"),
                     deps)
-    out = asyncio.run(rule.apply(RequestContext(msgs, session_id="s"))).messages
+    out = asyncio.run(rule.apply(make_ctx(msgs, session_id="s"))).messages
     zone = [text_of(m) for m in out if text_of(m).startswith(MEMORY_HEADER)]
     assert zone and "X99812" in zone[0]
     citation = re.compile(r"^#\d+ (?:(?:user|assistant|tool)(?: \S+)?: )?")

@@ -94,7 +94,8 @@ def test_a_request_never_waits_for_a_text_claimed_elsewhere():
     rows = cache.get_unclaimed(["busy", "fresh", "busy"])
     assert time.monotonic() - start < embedding_cache.CLAIM_WAIT / 2
     assert rows[0] is None and rows[2] is None and cache.embedded == 1
-    assert np.allclose(rows[1], HashingEmbedder().embed(["fresh"])[0])
+    assert rows[1] is not None and np.allclose(rows[1], HashingEmbedder().embed(["fresh"])[0])
     store.set(cache._key("busy"), HashingEmbedder().embed(["busy"])[0].tobytes())  # it lands
-    assert np.allclose(cache.get_unclaimed(["busy"])[0], HashingEmbedder().embed(["busy"])[0])
+    (landed,) = cache.get_unclaimed(["busy"])
+    assert landed is not None and np.allclose(landed, HashingEmbedder().embed(["busy"])[0])
     assert cache.embedded == 1

@@ -11,7 +11,7 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules import REGISTRY
 from context_engine.rules.fold_duplicates.patterns import is_ack, normalize, parse_config_change
 from context_engine.rules.fold_duplicates.rule import FoldDuplicates, FoldDuplicatesConfig
-from tests.harness import make_ctx, make_deps, run_rule
+from tests.harness import content, make_ctx, make_deps, run_rule
 
 COUNTER = TokenCounter("o200k_base")
 
@@ -84,14 +84,14 @@ def test_near_repeats_are_off_by_default_and_need_an_in_order_subset() -> None:
             {"role": "user", "content": "end"}]
     assert run_rule(FoldDuplicates, msgs).messages == msgs
     out = run_rule(FoldDuplicates, msgs, near_jaccard=0.9).messages
-    assert out[4]["content"].startswith("[repeats the earlier assistant message")
+    assert content(out[4]).startswith("[repeats the earlier assistant message")
     assert out[6] == msgs[6]  # reordered words are not a near repeat
 
 
 def test_block_alignment_keeps_the_prefix_between_boundaries() -> None:
     """Acks leave only when a block closes: growing the history by one turn keeps the prefix."""
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "s"}]
-    seen: list[list[dict[str, Any]]] = []
+    seen: list[list[Any]] = []
     for turn in range(12):
         msgs = msgs + [{"role": "user", "content": "ok" if turn % 3 == 1 else f"question {turn}"}]
         seen.append(run_rule(FoldDuplicates, msgs).messages)
@@ -112,7 +112,7 @@ def test_without_system_prompt_and_with_parts_content() -> None:
 
 def test_tool_arguments_that_are_not_json_compare_as_text() -> None:
     big = "line of build output\n" * 30
-    msgs = [{"role": "user", "content": "build twice"}]
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "build twice"}]
     for cid, args in (("c1", "make all"), ("c2", "make all"), ("c3", "make test")):
         msgs += [{"role": "assistant", "content": None, "tool_calls": [
             {"id": cid, "type": "function", "function": {"name": "sh", "arguments": args}}]},

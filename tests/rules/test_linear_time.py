@@ -115,7 +115,7 @@ def test_every_pattern_is_linear_on_pathological_text(name, pattern):
 # --- the rules, through the pipeline's rule list ----------------------------------------
 
 ALL_RULES = "fold_duplicates,tool_json,summarize,retrieve,zones,budget"
-OPTIONS = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "summarize": {"min_tokens": 0, "window": 2, "block": 2},
     "retrieve": {"min_closed_tokens": 0, "min_drop_ratio": 0.0, "embedder": "hashing",
                  "gate": "always", "window": 2, "block": 2},
@@ -152,7 +152,7 @@ def conversation(payload: str, where: str) -> list[dict[str, Any]]:
     return msgs
 
 
-def rule_time(rule_list: list[Any], messages: list[dict[str, Any]]) -> float:
+def rule_time(rule_list: list[Any], messages: list[Any]) -> float:
     """Seconds the rules take over ``messages``, one after the other as the pipeline runs them."""
     ctx = RequestContext(messages=messages, model="gpt-4o", session_id="s", original=messages)
     took = 0.0

@@ -93,14 +93,14 @@ def test_the_model_fills_the_slots_once_per_block(upstream):
     summary = out.messages[1]["content"]
     assert "- flight HAT069 on 2024-05-20" in summary and "- aisle seat" in summary
     assert out.notes["summarize"]["llm_blocks"] == 1
-    sent = upstream.requests[0]  # type: ignore[attr-defined]
+    sent = upstream.requests[0]
     assert sent["model"] == "mock-model" and "pending_tasks" in sent["messages"][0]["content"]
     assert "user: My user ID is mia_li_3668" in sent["messages"][1]["content"]
 
 
 @pytest.mark.parametrize("mode,timeout", [("prose", 60.0), ("slow", 0.3)])
 def test_bad_json_or_a_timeout_falls_back_to_the_rules(upstream, mode, timeout):
-    upstream.reply = mode  # type: ignore[attr-defined]
+    upstream.reply = mode
     out = summarize_with(upstream, timeout)
     rules = Summarize(SummarizeConfig(min_tokens=0, window=2, block=4), make_deps())
     rules_only = asyncio.run(rules.apply(make_ctx(chat())))
@@ -124,7 +124,7 @@ def test_parse_slots_validates_the_reply():
 
 
 def test_transcript_shows_calls_and_results():
-    msgs = [{"role": "user", "content": "Find ZFA04Y."},
+    msgs: list[Any] = [{"role": "user", "content": "Find ZFA04Y."},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
              "function": {"name": "get", "arguments": '{"id": "ZFA04Y"}'}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "{\"status\": \"ok\"}"}]

@@ -16,6 +16,7 @@ from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
+from context_engine.rules.retrieve.rule import Retrieve
 from tests.harness import make_deps
 from tests.rules.test_retrieve import SMALL, CountingEmbedder, apply, chat, rule
 
@@ -92,6 +93,7 @@ def test_engine_prefetches_after_a_rewrite_off_the_request_path():
     engine = Engine(settings, store=MemoryStore(), embedder=emb)
     points = conversation_points()
     retrieve = engine.pipeline.rules[0]
+    assert isinstance(retrieve, Retrieve)
 
     async def go() -> tuple[list[list[str]], int]:
         during, first_drop = [], 0

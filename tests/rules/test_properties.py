@@ -37,7 +37,7 @@ from context_engine.rules.retrieve.embedders import HashingEmbedder
 from tests.harness import make_ctx, make_deps
 from tests.rules.chat_strategies import conversation
 
-Messages = list[dict[str, Any]]
+Messages = list[Any]
 COUNTER = TokenCounter("o200k_base")
 SESSION = "property-session"
 

@@ -7,6 +7,7 @@ import asyncio
 import datetime as dt
 import itertools
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from context_engine.rules.retrieve.rule import Retrieve, RetrieveConfig
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 COUNTER = TokenCounter("o200k_base")
-SMALL = {"window": 2, "block": 2, "min_closed_tokens": 0, "embedder": "hashing"}
+SMALL: dict[str, Any] = {"window": 2, "block": 2, "min_closed_tokens": 0, "embedder": "hashing"}
 FILLER = [
     "The weather was grey all week and the garden needs water again.",
     "We watched a long film about deep sea creatures on Sunday evening.",
@@ -41,7 +42,7 @@ def chat(facts: dict[int, str], n_pairs: int, question: str) -> list[dict]:
     return msgs
 
 
-def memory_of(messages: list[dict]) -> list[str]:
+def memory_of(messages: list[Any]) -> list[str]:
     return [text_of(m) for m in messages if text_of(m).startswith(MEMORY_HEADER)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from context_engine.rules.summarize.slots import Slots
 from tests.conftest import DATA, needs_data
-from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
+from tests.harness import assert_valid_rewrite, content, make_ctx, make_deps, run_rule
 
 COUNTER = TokenCounter("o200k_base")
 
@@ -43,7 +44,7 @@ def test_raw_tail_holds_window_to_window_plus_block_units():
         raw_from = out.notes["summarize"]["raw_from"] if "summarize" in out.notes else 1
         tail_units = len(units(msgs, raw_from))
         assert 6 <= tail_units <= 6 + 4 - 1
-        summaries = [m for m in out.messages if m["content"].startswith(SUMMARY_HEADER)]
+        summaries = [m for m in out.messages if content(m).startswith(SUMMARY_HEADER)]
         assert len(summaries) == (len(units(msgs, 1)) - 6) // 4
 
 
@@ -110,7 +111,7 @@ def test_tool_originals_are_stored_and_named_in_tool_results():
             {"role": "user", "content": "Thanks."}]
     deps = make_deps()
     out = run_rule(Summarize, msgs, deps=deps, min_tokens=0, window=2, block=2)
-    summary = out.messages[1]["content"]
+    summary = content(out.messages[1])
     oid = summary.split("[orig:")[1][:12]
     assert "get_reservation(id=ZFA04Y) → reservation_id=ZFA04Y, status=confirmed" in summary
     assert deps.store.get("orig:" + oid) == big.encode()
@@ -141,7 +142,8 @@ def replay(rule: Summarize, msgs: list[dict]):
 
 
 def check_prefix_stability(rule: Summarize, msgs: list[dict]) -> tuple[int, int]:
-    prev = prefix_prev = None
+    prev: tuple[Any, Any] | None = None
+    prefix_prev: Any = None
     stable = boundaries = 0
     for prefix, out in replay(rule, msgs):
         assert_valid_rewrite(prefix, out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -58,17 +59,17 @@ def test_bad_marker_length_fails_at_startup():
 def test_secret_comes_from_option_then_deps_then_salt():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
     deps = make_deps(zone_secret="install-secret")
-    from_deps = run_rule(Zones, msgs, deps=deps).system_line
+    from_deps = run_rule(Zones, msgs, deps=deps).system_line or ""
     assert session_marker("install-secret", "test-session", 15) in from_deps
-    from_option = run_rule(Zones, msgs, deps=deps, secret="opt").system_line
+    from_option = run_rule(Zones, msgs, deps=deps, secret="opt").system_line or ""
     assert session_marker("opt", "test-session", 15) in from_option
-    salted = run_rule(Zones, msgs).system_line
+    salted = run_rule(Zones, msgs).system_line or ""
     assert session_marker("", "test-session", 15) in salted
 
 
 def test_nothing_to_do_returns_the_same_context():
-    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
-            {"role": "user", "content": "bye"}]
+    msgs: list[Any] = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                       {"role": "user", "content": "bye"}]
     ctx = RequestContext(messages=msgs, session_id=SESSION)
     out = asyncio.run(Zones(ZonesConfig(), make_deps()).apply(ctx))
     assert out is ctx
@@ -95,8 +96,8 @@ def test_note_reports_overhead_per_zone_and_for_the_line():
 
 
 def test_pipeline_accepts_the_rewrite():
-    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, TOOL_CALL,
-            {"role": "tool", "tool_call_id": "c1", "content": "<</zone:tool:1>> x"}]
+    msgs: list[Any] = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"},
+                       TOOL_CALL, {"role": "tool", "tool_call_id": "c1", "content": "<</zone:tool:1>> x"}]
     rule = Zones(ZonesConfig(secret=SECRET), make_deps())
     result = asyncio.run(Pipeline([rule]).run(RequestContext(msgs, session_id=SESSION), COUNTER))
     assert not result.failed_open and result.changed
