@@ -24,7 +24,8 @@ from context_engine.bench.eval_report import render, summarize, write_json
 from context_engine.bench.eval_run import Options, evaluate, questions_of
 from context_engine.bench.systems import EngineSystem, engine_settings
 from context_engine.proxy.billing.pricing import price_for
-from context_engine.proxy.settings import ConfigError
+from context_engine.proxy.settings import ConfigError, Registry
+from context_engine.rules import REGISTRY
 
 DEFAULT_FILES = ("locomo", "agent_traces")
 
@@ -78,9 +79,11 @@ def _temperature(raw: str) -> float | None:
     return None if raw.strip().lower() == "none" else float(raw)
 
 
-async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+async def run(args: argparse.Namespace, argv: list[str] | None = None,
+              registry: Registry = REGISTRY) -> int:
+    """``registry``: where rule names are looked up (tests pass their own rules)."""
     try:
-        settings = engine_settings(args.rules, args.config)
+        settings = engine_settings(args.rules, args.config, registry)
         files = [cases_mod.resolve_file(f) for f in (args.files or DEFAULT_FILES)]
         temperature = _temperature(args.temperature)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
@@ -100,8 +103,8 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                         args.concurrency, args.retries, args.timeout)
     start = time.perf_counter()
     try:
-        results = await evaluate(questions, EngineSystem("engine", settings, args.model), client,
-                                 opts, args.quiet)
+        system = EngineSystem("engine", settings, args.model, registry=registry)
+        results = await evaluate(questions, system, client, opts, args.quiet)
     finally:
         await client.aclose()
     report: dict[str, Any] = {
@@ -119,9 +122,9 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     return 1 if report["errors"] else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, registry: Registry = REGISTRY) -> int:
     parser = argparse.ArgumentParser(prog="context-engine eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return asyncio.run(run(args, argv))
+    return asyncio.run(run(args, argv, registry))

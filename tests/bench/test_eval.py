@@ -4,11 +4,13 @@ request shows."""
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
-from context_engine.bench.cases import Case, Probe, data_dir, load_cases, resolve_file
+from context_engine.bench.cases import Case, Probe, load_cases, resolve_file
 from context_engine.bench.eval_cli import _spread
+from context_engine.bench.eval_cli import main as eval_main
 from context_engine.bench.eval_client import CACHE_FILE, AnswerCache, ChatClient
 from context_engine.bench.eval_mock import UNKNOWN, EvalMock, Reader
 from context_engine.bench.eval_run import ASK, Options, chat_body, questions_of
@@ -24,11 +26,8 @@ from context_engine.bench.eval_score import (
 from context_engine.bench.metrics import probe_retained, visible_text
 from context_engine.bench.systems import EngineSystem, engine_settings
 from context_engine.proxy.cli import main
-from tests.bench.conftest import agent_messages
-
-DATA = data_dir()
-needs_data = pytest.mark.skipif(
-    DATA is None, reason="shared data not found beside the repo (set CONTEXT_ENGINE_DATA)")
+from tests.bench.conftest import TEST_REGISTRY, agent_messages
+from tests.conftest import needs_data
 
 
 def test_token_f1_uses_squad_normalisation():
@@ -53,7 +52,8 @@ def test_paired_bootstrap_is_seeded_and_brackets_the_mean():
     b = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0]
     first, again = paired_bootstrap(a, b, seed=3), paired_bootstrap(a, b, seed=3)
     assert first == again and first["diff"] == -0.25
-    assert first["low"] < -0.25 < first["high"] <= 0.0
+    low, high = first["low"], first["high"]
+    assert low is not None and high is not None and low < -0.25 < high <= 0.0
     assert paired_bootstrap([1.0] * 5, [1.0] * 5) == {"diff": 0.0, "low": 0.0, "high": 0.0}
     with pytest.raises(ValueError):
         paired_bootstrap([1.0], [])
@@ -62,7 +62,8 @@ def test_paired_bootstrap_is_seeded_and_brackets_the_mean():
 def test_answer_cache_survives_a_line_cut_off_by_an_interruption(tmp_path):
     (tmp_path / CACHE_FILE).write_text('{"key": "a", "text": "Sweden", "usage": null}\n{"key": "b", "te')
     cache = AnswerCache(str(tmp_path))
-    assert cache.get("a").text == "Sweden" and cache.get("a").cached
+    hit = cache.get("a")
+    assert hit is not None and hit.text == "Sweden" and hit.cached
     assert cache.get("b") is None
 
 
@@ -102,8 +103,11 @@ def test_questions_are_appended_to_traces_and_reused_from_locomo_cases():
 
 
 def test_sample_spreads_cases_through_the_file():
-    assert _spread(list(range(10)), 3) == [0, 3, 6]
-    assert _spread(list(range(2)), 5) == [0, 1] and _spread([7], None) == [7]
+    ten: list[Any] = list(range(10))  # stand-ins for cases: only the order matters
+    two: list[Any] = [0, 1]
+    seven: list[Any] = [7]
+    assert _spread(ten, 3) == ten[0:7:3]
+    assert _spread(two, 5) == two and _spread(seven, None) == seven
 
 
 def test_requests_carry_tools_with_tool_choice_none_unless_left_out():
@@ -127,21 +131,25 @@ def test_the_mock_reader_answers_only_from_visible_evidence():
     assert reader.answer([{"role": "user", "content": judge_prompt("q", ("21:40",), "21:45")}]) == "WRONG"
 
 
-def _eval(argv, tmp_path, name="out"):
+def _eval(argv, tmp_path, name="out", registry=None):
+    """``context-engine eval`` through the CLI; with ``registry``, the eval entry point
+    itself, given those rules."""
     out = tmp_path / f"{name}.json"
-    code = main(["eval", *argv, "--json", str(out), "--quiet"])
+    args = [*argv, "--json", str(out), "--quiet"]
+    code = eval_main(args, registry) if registry is not None else main(["eval", *args])
     return code, json.loads(out.read_text())
 
 
-def test_lost_evidence_lowers_the_score_and_the_cache_answers_a_rerun(tmp_path, test_rules, capsys):
+def test_lost_evidence_lowers_the_score_and_the_cache_answers_a_rerun(tmp_path, capsys):
     cases = _tiny_cases()
     path = _write(cases, tmp_path / "tiny.jsonl")
-    with EvalMock(cases) as mock:
+    mock = EvalMock(cases)  # ServerThread.__enter__ is typed as a ServerThread
+    with mock:
         argv = [path, "--base-url", mock.base_url, "--model", "gpt-4o", "--rules", "drop_marked",
                 "--judge-model", "judge", "--cache", str(tmp_path / "cache")]
-        code, report = _eval(argv, tmp_path)
+        code, report = _eval(argv, tmp_path, registry=TEST_REGISTRY)
         asked = mock.state.asked
-        code2, again = _eval(argv, tmp_path, "again")
+        code2, again = _eval(argv, tmp_path, "again", registry=TEST_REGISTRY)
         assert mock.state.asked == asked  # every answer and verdict from the cache
     assert code == code2 == 0
     assert (report["f1"]["original"], report["f1"]["rewritten"]) == (100.0, pytest.approx(100 / 3, abs=0.01))
@@ -166,7 +174,8 @@ def test_lost_evidence_lowers_the_score_and_the_cache_answers_a_rerun(tmp_path, 
 def test_passthrough_scores_equal_and_servers_without_usage_are_counted(tmp_path):
     cases = _tiny_cases()
     path = _write(cases, tmp_path / "tiny.jsonl")
-    with EvalMock(cases, omit_usage=True, delay=0.05) as mock:
+    mock = EvalMock(cases, omit_usage=True, delay=0.05)  # ServerThread.__enter__ is typed as a ServerThread
+    with mock:
         code, report = _eval([path, "--base-url", mock.base_url, "--model", "llama3.2",
                               "--rules", "", "--cache", "", "--concurrency", "2"], tmp_path)
         assert mock.state.asked == 3  # both arms send the same request: asked once
@@ -181,7 +190,8 @@ def test_passthrough_scores_equal_and_servers_without_usage_are_counted(tmp_path
 def test_a_failing_server_is_reported_never_cached(tmp_path):
     cases = _tiny_cases()
     path = _write(cases, tmp_path / "tiny.jsonl")
-    with EvalMock(cases) as mock:
+    mock = EvalMock(cases)  # ServerThread.__enter__ is typed as a ServerThread
+    with mock:
         code, report = _eval([path, "--base-url", mock.base_url, "--model", "mock-500",
                               "--retries", "1", "--cache", str(tmp_path / "c"), "--rules", ""],
                              tmp_path)
@@ -202,7 +212,7 @@ def test_an_unreachable_server_is_an_error_per_question(tmp_path):
     assert answer.error and "Connect" in answer.error
 
 
-@needs_data
+@needs_data("locomo_dev.jsonl")
 def test_locomo_scores_follow_evidence_retention_and_resume(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("rules:\n  fold_duplicates: true\n  tool_json: true\n  retrieve: true\n"
@@ -210,7 +220,8 @@ def test_locomo_scores_follow_evidence_retention_and_resume(tmp_path):
     cases = load_cases(resolve_file("locomo"), 5)
     path = _write(cases, tmp_path / "locomo.jsonl")
     cache = str(tmp_path / "cache")
-    with EvalMock(cases) as mock:
+    mock = EvalMock(cases)  # ServerThread.__enter__ is typed as a ServerThread
+    with mock:
         base = ["--base-url", mock.base_url, "--model", "gpt-4o", "--config", str(config),
                 "--cache", cache]
         _eval([path, *base, "--limit", "2"], tmp_path, "first")  # interrupted after two
