@@ -15,11 +15,12 @@ import pytest
 from context_engine.proxy.engine.messages import INJECTED_ACK, MEMORY_HEADER, text_of
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.acknowledgements import is_acknowledgement
+from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
 from context_engine.rules.retrieve.index import chunk_messages
 from context_engine.rules.retrieve.knowledge_base import Document, clauses, valid_documents
 from context_engine.rules.retrieve.query import bm25_weight, is_broad, sub_queries, terms
-from context_engine.rules.retrieve.rule import Retrieve, RetrieveConfig
+from context_engine.rules.retrieve.rule import Retrieve
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
 COUNTER = TokenCounter("o200k_base")
