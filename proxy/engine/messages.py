@@ -140,6 +140,12 @@ MEMORY_HEADER = "[context-engine:memory]"
 INJECTED_ACK = "Noted."
 
 
+def is_summary(m: Any) -> bool:
+    """A summary ``summarize`` put in (a user message under its header); a tool result that
+    happens to open with the header is the tool's own text."""
+    return m.get("role") == "user" and text_of(m).startswith(SUMMARY_HEADER)
+
+
 def is_injected(m: Any) -> bool:
     return m.get("role") == "user" and text_of(m).startswith((SUMMARY_HEADER, MEMORY_HEADER))
 

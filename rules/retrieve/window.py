@@ -14,13 +14,12 @@ from typing import Any
 
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.messages import (
-    SUMMARY_HEADER,
     closed_block_count,
     is_injected_ack,
+    is_summary,
     last_user_index,
     media_refs,
     system_prefix_len,
-    text_of,
     units,
 )
 from context_engine.proxy.engine.tokens import TokenCounter
@@ -40,7 +39,7 @@ class Tail:
         is dropped, memory only brings back the replaced turns' words."""
         head = system_prefix_len(msgs)
         lu = last_user_index(msgs)
-        summaries = [i for i in range(head, max(lu, head)) if text_of(msgs[i]).startswith(SUMMARY_HEADER)]
+        summaries = [i for i in range(head, max(lu, head)) if is_summary(msgs[i])]
         if summaries:
             return summaries[-1] + 1
         return self.cut(msgs, counter)
@@ -76,7 +75,7 @@ class Tail:
         and developer messages, units holding images, audio or files (with the reply to
         a user message, so two user messages never meet), and tool-call units if
         configured."""
-        keep = {i for i in range(head, cut) if text_of(msgs[i]).startswith(SUMMARY_HEADER)
+        keep = {i for i in range(head, cut) if is_summary(msgs[i])
                 or msgs[i].get("role") in ("system", "developer")}
         keep |= {i + 1 for i in keep if i + 1 < cut and is_injected_ack(msgs, i + 1)}
         spans = units(msgs[:cut], head)
@@ -97,7 +96,7 @@ def source(ctx: RequestContext, msgs: list[Any], head: int, cut: int,
     same raw tail, so that memory still holds their words."""
     original = ctx.original
     if original is None or original is msgs or not any(
-            text_of(msgs[i]).startswith(SUMMARY_HEADER) for i in range(head, cut)):
+            is_summary(msgs[i]) for i in range(head, cut)):
         return msgs, head, cut, keep
     head_o = system_prefix_len(original)
     cut_o = max(head_o, min(len(original), len(original) - (len(msgs) - cut)))

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.invariants import rewrite_problems
-from context_engine.proxy.engine.messages import SUMMARY_HEADER, text_of, units
+from context_engine.proxy.engine.messages import SUMMARY_HEADER, units
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules import REGISTRY
 from context_engine.rules.retrieve.embedders import HashingEmbedder
@@ -91,15 +91,9 @@ PROMISES: dict[str, Callable[[Messages, RequestContext], None]] = {
 }
 
 
-def _tool_result_opens_like_a_summary(messages: Messages) -> bool:
-    return any(m["role"] == "tool" and text_of(m).startswith(SUMMARY_HEADER) for m in messages)
-
-
 # Inputs a rule is known to break, each pinned by a strict xfail test below: remove the
 # entry (and the test's mark) with the fix.
-KNOWN_BUGS: dict[str, Callable[[Messages], bool]] = {
-    "retrieve": _tool_result_opens_like_a_summary,
-}
+KNOWN_BUGS: dict[str, Callable[[Messages], bool]] = {}
 RESEND_UNSTABLE = {"retrieve"}
 # Where the client put two user turns side by side, a rule that drops turns may drop
 # between them; its output is then another input (with a new pair) and a second pass may
@@ -182,9 +176,6 @@ def test_every_option_strategy_names_a_registered_rule() -> None:
     assert ADDS_TOKENS <= set(REGISTRY)
 
 
-@pytest.mark.xfail(strict=True, reason="retrieve takes any message opening with the summary "
-                   "header for summarize's (rules/retrieve/window.py kept/epoch_cut): it keeps "
-                   "such a tool result and drops its call")
 def test_retrieve_keeps_the_call_of_a_tool_result_that_looks_like_a_summary() -> None:
     call = {"role": "assistant", "content": None, "tool_calls": [{
         "id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]}
