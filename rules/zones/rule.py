@@ -154,7 +154,10 @@ class Zones:
                 wrapped[zone] += 1
                 defanged += n
         line = SYSTEM_LINE.format(marker=marker)
-        has_line = _add_line(out, line)
+        # only on the client's own first message: a mid-conversation system note that
+        # earlier rules' drops brought to the front is not the system prompt
+        client_first = (ctx.original or messages)[:1]
+        has_line = bool(client_first) and messages[:1] == client_first and _add_line(out, line)
         if not wrapped and not has_line:
             return ctx
         counter = TokenCounter(ctx.encoding)

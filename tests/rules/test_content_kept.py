@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_engine.proxy.engine.context import RequestContext
@@ -156,14 +156,6 @@ def test_an_ack_between_two_user_turns_stays():
     assert rewrite_problems(msgs, out.messages) == []
 
 
-def _system_note_without_a_system_prompt(msgs: list[Any]) -> bool:
-    return msgs[0]["role"] != "system" and any(m["role"] == "system" for m in msgs)
-
-
-@pytest.mark.xfail(strict=True, reason="retrieve drops the turns before a mid-conversation "
-                   "system note, which then stands first; zones appends its line to it, and the "
-                   "invariants (a line only on the client's own first system prompt) fail the "
-                   "whole rewrite open")
 def test_a_system_note_that_ends_up_first_keeps_the_rewrite() -> None:
     hi = "Hi there, how are you today?"
     msgs: list[Any] = [{"role": "user", "content": hi}, {"role": "assistant", "content": hi},
@@ -178,7 +170,6 @@ def test_a_system_note_that_ends_up_first_keeps_the_rewrite() -> None:
 @settings(max_examples=60, deadline=None)
 @given(msgs=conversation(min_units=4, max_units=30), budget=st.sampled_from([0, 80, 300]))
 def test_the_default_rules_never_put_two_user_messages_side_by_side(msgs, budget):
-    assume(not _system_note_without_a_system_prompt(msgs))  # the xfail below
     rule_list = all_rules(budget) if budget else all_rules()[:-1]
     result = pipeline_run(rule_list, msgs)
     assert not result.failed_open, result.problems
