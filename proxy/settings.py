@@ -261,8 +261,10 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")
 
 
-def build_rules(settings: Settings, deps: RuleDeps, registry: Registry = REGISTRY) -> list[Rule]:
-    """Instantiate the enabled rules in order (at start-up, never per request)."""
+def build_rules(settings: Settings, deps: RuleDeps, registry: Registry | None = None) -> list[Rule]:
+    """Instantiate the enabled rules in order (at start-up, never per request); ``registry``
+    defaults to the project's."""
+    registry = REGISTRY if registry is None else registry
     rules = []
     for name in settings.rules:
         config = build_rule_config(name, settings.rule_options.get(name, {}), registry)

@@ -45,13 +45,12 @@ class Engine:
         self.settings = settings
         self.store = store if store is not None else open_store(settings.store)
         self.deps = RuleDeps(store=self.store, embedder=embedder)
-        registered = (registry,) if registry is not None else ()
         self.stats = PipelineStats()
-        self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps, *registered),
+        self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps, registry),
                                  self.stats)
         # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
         self.pipelines = {"default": self.pipeline, "off": Pipeline([], self.stats)} | ({} if rules is not None else {
-            name: Pipeline(build_rules(s, self.deps, *registered), self.stats)
+            name: Pipeline(build_rules(s, self.deps, registry), self.stats)
             for name, s in profiles.variants(settings).items()})
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)
