@@ -99,8 +99,8 @@ async def sample_rss(pid: int, every: float, into: list[tuple[float, float]], st
 
 
 async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
-                args: argparse.Namespace, env: dict[str, str], tmp: str) -> Phase:
-    port, ledger = free_port(), os.path.join(tmp, f"{name}.db")
+                args: argparse.Namespace, env: dict[str, str], tmp: str, round_no: int = 1) -> Phase:
+    port, ledger = free_port(), os.path.join(tmp, f"{name}-{round_no}.db")  # a fresh ledger per round
     extra = ["--config", args.config] if args.config else ["--config", os.devnull]
     if name == "floor":
         proc = start(["context_engine.bench.floor_proxy", "--port", str(port), "--upstream", upstream], env)
@@ -163,14 +163,22 @@ def summary(p: Phase, delay: float) -> dict[str, Any]:
                       "last": rss[-1] if rss else None, "max": max(rss, default=None)}}
     if cold:
         out["cold_added_ms"] = [_r(_added(o, delay)) for o in cold]
-        out["bystander_added_ms"] = {"p50": _r(pct([_added(o, delay) for o in by], 0.5)),
-                                     "max": _r(max((_added(o, delay) for o in by), default=None))}
+        out["bystander_added_ms"] = _spread([_added(o, delay) for o in by])
+        # the bystander requests in flight while a cold request was: the ones it could delay
+        meanwhile = [o for o in by if any(o.sent < c.sent + c.seconds and c.sent < o.sent + o.seconds
+                                          for c in cold)]
+        out["bystander_meanwhile_added_ms"] = _spread([_added(o, delay) for o in meanwhile])
+        out["bystander_meanwhile_added_ms"]["n"] = len(meanwhile)
     return out
 
 
 def _added(o: Outcome, delay: float) -> float:
     """Milliseconds the client waited beyond what the upstream held the request."""
     return (o.seconds - (delay if o.upstream_s is None else o.upstream_s)) * 1000
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {"p50": _r(pct(values, 0.5)), "p95": _r(pct(values, 0.95)), "max": _r(max(values, default=None))}
 
 
 def _r(x: float | None) -> float | None:
@@ -190,12 +198,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(wait_up, f"http://127.0.0.1:{port}/")
         upstream = f"http://127.0.0.1:{port}/v1"
         with tempfile.TemporaryDirectory() as tmp:
-            phases = [("proxy", args.rules)] if args.no_floor or args.cold else \
-                [("floor", None), ("passthrough", ""), ("proxy", args.rules)]
+            if args.no_floor:
+                phases = [("proxy", args.rules)]
+            elif args.cold:  # the floor cannot hold a session; the passthrough is the cold floor
+                phases = [("passthrough", ""), ("proxy", args.rules)]
+            else:
+                phases = [("floor", None), ("passthrough", ""), ("proxy", args.rules)]
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in phases}
             for r in range(args.rounds):  # phases interleaved: the machine's drift hits each alike
                 for name, rules in phases:
-                    p = await phase(name, rules, upstream, cases, args, env, tmp)
+                    p = await phase(name, rules, upstream, cases, args, env, tmp, r + 1)
                     report[name] = summary(p, args.delay)
                     report[name]["rss_over_time"] = p.rss_mb
                     rounds[name].append(report[name]["added_ms"])
@@ -244,6 +256,10 @@ def main() -> None:
             m = report[name].get("added_ms_median_of_rounds", {})
             print(f"{name:12} added p50 {m.get('p50')} ms  p95 {m.get('p95')} ms  max {m.get('max')} ms  "
                   f"cpu/request {report[name]['cpu_ms_per_request']} ms  failures {report[name]['proxy_failures']}")
+            if "cold_added_ms" in report[name]:
+                print(f"{'':12} cold added {report[name]['cold_added_ms']} ms; bystanders "
+                      f"{report[name]['bystander_added_ms']}, in flight beside a cold request "
+                      f"{report[name]['bystander_meanwhile_added_ms']}")
 
 
 if __name__ == "__main__":

@@ -14,17 +14,36 @@ from tests.conftest import DATA, REPO, needs_data
 
 @pytest.mark.slow
 @needs_data("agent_traces_dev.jsonl")
-def test_load_bench_runs_three_phases_without_errors(tmp_path):
+def test_load_bench_runs_three_phases_in_rounds_without_errors(tmp_path):
     out = tmp_path / "load.json"
     env = {**os.environ, "CONTEXT_ENGINE_DATA": str(DATA), "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "bench/load.py", "--sessions", "3", "--turns", "2", "--delay", "0.05",
-                    "--data", str(Path(DATA) / "agent_traces_dev.jsonl"), "--json", str(out)],
+                    "--rounds", "2", "--data", str(Path(DATA) / "agent_traces_dev.jsonl"), "--json", str(out)],
                    cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
     report = json.loads(out.read_text())
     for name in ("floor", "passthrough", "proxy"):
         phase = report[name]
         assert phase["requests"] == 6 and phase["proxy_failures"] == 0, phase
         assert phase["added_ms"]["p50"] is not None and phase["cpu_ms_per_request"] is not None
-    for name in ("passthrough", "proxy"):  # every request, and the two warm-ups, in the ledger
+    for name in ("passthrough", "proxy"):  # every request of the round, and its two warm-ups, in its ledger
         assert report[name]["ledger_rows"] == report[name]["ledger_rows_expected"] == 8
         assert report[name]["server_ms_before_forward"]["p50"] is not None
+
+
+@pytest.mark.slow
+@needs_data("agent_traces_dev.jsonl", "locomo_dev.jsonl")
+def test_load_bench_cold_mode_measures_bystanders_beside_the_passthrough(tmp_path):
+    out = tmp_path / "cold.json"
+    env = {**os.environ, "CONTEXT_ENGINE_DATA": str(DATA), "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "bench/load.py", "--cold", "1", "--delay", "0.1", "--json", str(out)],
+                   cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
+    report = json.loads(out.read_text())
+    assert "floor" not in report
+    for name in ("passthrough", "proxy"):
+        phase = report[name]
+        assert phase["proxy_failures"] == 0, phase
+        assert len(phase["cold_added_ms"]) == 1 and phase["cold_added_ms"][0] is not None
+        assert phase["bystander_added_ms"]["p95"] is not None
+        meanwhile = phase["bystander_meanwhile_added_ms"]
+        assert meanwhile["n"] >= 1 and meanwhile["max"] >= meanwhile["p50"]
+        assert phase["ledger_rows"] == phase["ledger_rows_expected"]
