@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +24,10 @@ from rank_bm25 import BM25Okapi
 
 from context_engine.proxy.engine.messages import SPEAKER, call_index, text_of
 from context_engine.rules.retrieve.embedding_cache import EmbeddingCache
+from context_engine.rules.retrieve.query import SESSION as _SESSION
 from context_engine.rules.retrieve.query import terms
 
 __all__ = ["Chunk", "EmbeddingCache", "SessionIndex", "chunk_messages"]
-
-_SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ _STOP = {
 }
 
 
+SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")  # a turn's date header
 _ASK = re.compile(
     r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
     r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
@@ -70,12 +71,21 @@ def needs_memory(query: str, window: list[str], memory_terms: set[str], always: 
 
 
 def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
-    """A turn needs memory when it asks something (a question, a recall cue, an id) and
-    names at least one term that the visible window lacks and the memory holds."""
+    """A turn needs memory when it mainly asks something (its questions, recall cues and
+    ids hold at least as many words as what it tells) and names at least one term that
+    the visible window lacks and the memory holds. A turn that tells news and ends with
+    a question back ("Wow, great pic! … Did you see that band?") is conversation about
+    what was just said; a leading ``[Session …]`` date header and the speaker's name are
+    the turn's metadata, not an ask."""
     if is_acknowledgement(query):
         return False
-    asks = [s for s in re.split(r"(?<=[.!?？。！])\s+", query) if _ASK.search(s)]
-    exact = _ID.findall(query) + [m.group(0) for m in _DATE.finditer(query)]
+    body = SPEAKER.sub("", SESSION.sub("", query.strip(), count=1), count=1)
+    sentences = [s for s in re.split(r"(?<=[.!?？。！])\s+", body) if s.strip()]
+    asks = [s for s in sentences if _ASK.search(s)]
+    exact = _ID.findall(body) + [m.group(0) for m in _DATE.finditer(body)]
+    told = sum(len(terms(s)) for s in sentences if not _ASK.search(s))
+    if sum(len(terms(s)) for s in asks) + len(exact) < told:
+        return False
     novel = {t for s in asks + exact for t in terms(s) if t in memory_terms and t not in visible_terms}
     return bool(novel)
 
