@@ -71,21 +71,22 @@ def needs_memory(query: str, window: list[str], memory_terms: set[str], always: 
 
 
 def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
-    """A turn needs memory when it mainly asks something (its questions, recall cues and
-    ids hold at least as many words as what it tells) and names at least one term that
-    the visible window lacks and the memory holds. A turn that tells news and ends with
-    a question back ("Wow, great pic! … Did you see that band?") is conversation about
-    what was just said; a leading ``[Session …]`` date header and the speaker's name are
-    the turn's metadata, not an ask."""
+    """A turn needs memory when it names an id, or mainly asks something (its questions,
+    recall cues and dates hold at least as many words as what it tells), and names at
+    least one term that the visible window lacks and the memory holds. A turn that tells
+    news and ends with a question back ("Wow, great pic! … Did you see that band?") is
+    conversation about what was just said; a leading ``[Session …]`` date header and the
+    speaker's name are the turn's metadata, not an ask."""
     if is_acknowledgement(query):
         return False
     body = SPEAKER.sub("", SESSION.sub("", query.strip(), count=1), count=1)
     sentences = [s for s in re.split(r"(?<=[.!?？。！])\s+", body) if s.strip()]
     asks = [s for s in sentences if _ASK.search(s)]
-    exact = _ID.findall(body) + [m.group(0) for m in _DATE.finditer(body)]
+    ids = _ID.findall(body)
+    exact = ids + [m.group(0) for m in _DATE.finditer(body)]
     told = sum(len(terms(s)) for s in sentences if not _ASK.search(s))
-    if sum(len(terms(s)) for s in asks) + len(exact) < told:
-        return False
+    if not ids and sum(len(terms(s)) for s in asks) + len(exact) < told:
+        return False  # an id always asks (an order or ticket named is one to look up)
     novel = {t for s in asks + exact for t in terms(s) if t in memory_terms and t not in visible_terms}
     return bool(novel)
 

@@ -19,7 +19,13 @@ from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
 from context_engine.rules.retrieve.index import chunk_messages
 from context_engine.rules.retrieve.knowledge_base import Document, clauses, valid_documents
-from context_engine.rules.retrieve.query import bm25_weight, is_broad, sub_queries, terms
+from context_engine.rules.retrieve.query import (
+    asks_for_memory,
+    bm25_weight,
+    is_broad,
+    sub_queries,
+    terms,
+)
 from context_engine.rules.retrieve.rule import Retrieve
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps, run_rule
 
@@ -67,6 +73,33 @@ def test_acknowledgements_do_not_retrieve(text):
                                   "我的会员号是多少？"])
 def test_substantive_turns_retrieve(text):
     assert not is_acknowledgement(text)
+
+
+MEMORY_TERMS = set(terms("camping lake pottery class band concert Berlin trip order ORD-8812 July"))
+
+
+@pytest.mark.parametrize("turn, needs", [
+    ("When did Melanie go camping?", True),
+    ("Thanks! Which band did we see at the concert?", True),  # an ack, then mainly a question
+    ("Caroline: Do you remember the pottery class?", True),  # the speaker's name is metadata
+    ("status of ORD-8812, it still has not arrived and support will not answer", True),  # an id asks
+    ("What was the weather like?", False),  # asks nothing the memory holds
+    ("Wow, great pic of the lake with your kids, the colours are lovely and the sunset "
+     "looks amazing! Did you see that band?", False),  # tells news, then a question back
+    ("[Session 6, 8:18 pm on 6 July, 2023]\nCaroline: Hey Mel! Long time no talk.", False),
+    ("[Session 9, 2:01 pm on 9 July, 2023]\nCaroline: Hey! Which band did we see?", True),
+])
+def test_a_turn_needs_memory_when_it_mainly_asks_about_what_the_window_lacks(turn, needs):
+    assert asks_for_memory(turn, set(terms("Mel Melanie Caroline kids")), MEMORY_TERMS) is needs
+
+
+def test_a_chat_turn_that_mostly_tells_gets_no_zone_and_a_question_does():
+    facts = {0: "We saw the band Midnight Owls at the Riverside concert hall."}
+    told = ("I painted all weekend, the canvas is huge and the colours came out bright and "
+            "warm and my kids loved it! Do you like concerts?")
+    assert memory_of(apply(rule(), chat(facts, 6, told)).messages) == []
+    asked = apply(rule(), chat(facts, 6, "Which band did we see at the concert hall?"))
+    assert any("Midnight Owls" in z for z in memory_of(asked.messages))
 
 
 def test_bm25_weighted_up_for_ids_numbers_dates_code():
