@@ -30,7 +30,7 @@ class RetrieveConfig:
     expansion: float = option(0.7, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
     first_person: bool = option(True, "also search a question about a named speaker as that speaker's own words (Melanie's → my)")
     date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
-    gate: str = option("auto", "auto: retrieve only for turns that ask about something the window lacks; always: every non-ack turn")
+    gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
     embedder: str = option("auto", "auto | minilm | minilm-ort | hashing | litellm:<model>")
     keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")

@@ -5,7 +5,9 @@ What it does
     ``block`` units, as ``summarize`` aligns them) leave the request and are indexed
     for this session only: one chunk per turn, long tool output cut by records, each
     chunk keeping its turn number, speaker, session/date header and tool name. On a
-    substantive user turn (not "thanks"/"ok"/"好的"), a hybrid search (BM25 over
+    user turn that names an id or mainly asks about something the window lacks (not
+    "thanks"/"ok"/"好的", not news with a question back: ``query.asks_for_memory``), a
+    hybrid search (BM25 over
     stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
     weighted up for ids, numbers, dates, code; the question also in its parts and in a
     named speaker's own words; its month and year scoping sessions; names in the best
