@@ -101,7 +101,8 @@ class ToolJsonConfig:
     drop_defaults: bool = option(False, "also drop false and 0 fields (can lose facts)")
     tables: bool = option(True, "arrays of objects become one header line plus CSV rows")
     factor: bool = option(True, "a column with one value in every row moves to the table title")
-    templates: bool = option(True, "apply the schema templates shipped in rules/tool_json/templates/")
+    templates: bool = option(False, "apply the schema templates shipped in rules/tool_json/templates/ "
+                                    "(lossy: a session's first cut adds context_recall to its tools)")
     template_paths: tuple[str, ...] = option((), "more template YAML files or directories "
                                                  "(later ones win)")
     max_chars: int = option(16000, "results longer than this keep head and tail around a "
