@@ -219,7 +219,7 @@ async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> 
     client's own tools."""
     from context_engine.bench.cases import request_points
 
-    session = system.open(f"replay-anthropic:{system.name}:{case.id}")
+    session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}")
     bill = CaseBill("anthropic", case.id)
     for i in request_points(case.messages):
         request = with_client_breakpoints(case.messages[: i + 1])
