@@ -20,7 +20,14 @@ nearest earlier assistant message, has the result's ``tool_call_id``):
    with a marker. Used paths are stored per tool as ``tool_json:learned:<tool>``.
    With ``stub_unused``, a closed-block result none of whose values a later turn used
    becomes ``[tool_json: unused <tool> result; original: orig:<id>]``.
-4. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
+4. **Restated records** (``diff_repeats``, on; ``rules/tool_json/repeats.py``). A JSON
+   object result whose first field (``reservation_id: HATHAU``) matches that of an
+   earlier object result shown in full goes out as the fields that differ from the
+   latest such result, after ``[changed fields of the result of tool call <id> above
+   (<field>: <value>); every other field is as there]``. Decided when the result
+   arrives, from earlier messages only (prefix stable); off while learned templates or
+   stubs may later rewrite the result it refers to.
+5. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
    ``max_chars`` keeps whole lines of its head and tail around a marker; the result is
    then at most ``max_chars`` long, so a second pass leaves it alone.
 
