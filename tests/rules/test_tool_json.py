@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -257,7 +258,7 @@ def test_a_resent_result_is_rewritten_alike_and_its_original_stays_stored():
 
 # --- restated records as field diffs ---------------------------------------------------------
 
-RES = {"reservation_id": "HATHAU", "user_id": "mia_li_3668", "cabin": "economy",
+RES: dict[str, Any] = {"reservation_id": "HATHAU", "user_id": "mia_li_3668", "cabin": "economy",
        "flights": [{"flight_number": "HAT136", "price": 152}, {"flight_number": "HAT039", "price": 103}],
        "payment_history": [{"payment_id": "credit_card_4421486", "amount": 305}],
        "insurance": "no", "note": None}
@@ -306,6 +307,7 @@ def test_no_diff_without_identity_or_with_learned_templates_or_the_option_off():
     nested = {"reservation": {"id": "A"}, "cabin": "economy"}
     out = run_rule(ToolJson, _session(nested, {**nested, "cabin": "business"}))
     assert not content(out.messages[5]).startswith("[")
-    for opts in ({"learned_templates": True}, {"diff_repeats": False}):
+    options: list[dict[str, Any]] = [{"learned_templates": True}, {"diff_repeats": False}]
+    for opts in options:
         out = run_rule(ToolJson, _session(RES, {**RES, "cabin": "business"}), **opts)
         assert not content(out.messages[5]).startswith("["), opts
