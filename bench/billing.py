@@ -39,6 +39,7 @@ KINDS = tuple(MODELS)
 MIN_TOKENS, STEP, LOOKBACK, HISTORY = 1024, 128, 20, 8
 SECONDS_PER_REQUEST = 10.0  # the estimator's clock: well inside the providers' cache TTL
 Segments = list[tuple[tuple[int, ...], bool]]  # (token ids, carries a breakpoint)
+SAME: Any = object()
 
 
 @functools.lru_cache(maxsize=50_000)
@@ -151,11 +152,14 @@ class CaseBill:
         self.direct_sim, self.proxy_sim = sim(), sim()
 
     def add(self, request: list[Any], tools: list[Any] | None, out: Any,
-            tokens_before: int, tokens_after: int) -> None:
+            tokens_before: int, tokens_after: int, sent_tools: Any = SAME) -> None:
+        """One request point: ``request`` with the client's ``tools`` as sent direct, ``out``
+        as the proxy sent it, with ``sent_tools`` (default: the client's)."""
         model = MODELS[self.kind]
         prompt, read, write = self.direct_sim.bill(render(request, tools))
         direct = _usage_row(model, prompt, read, write)
-        prompt, read, write = self.proxy_sim.bill(render(out.messages, tools))
+        sent = tools if sent_tools is SAME else sent_tools
+        prompt, read, write = self.proxy_sim.bill(render(out.messages, sent))
         row = _usage_row(model, prompt, read, write)
         row.session, row.arm, row.status = self.session, "rewrite", 200
         row.tokens_original, row.tokens_sent = tokens_before, tokens_after
@@ -210,10 +214,12 @@ class BillTotals:
 
 
 async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> None:
-    """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session)."""
+    """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session).
+    The Messages adapter does not offer ``context_recall`` yet: the proxy sends the
+    client's own tools."""
     from context_engine.bench.cases import request_points
 
-    session = system.open("replay-anthropic:" + case.id)
+    session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}")
     bill = CaseBill("anthropic", case.id)
     for i in request_points(case.messages):
         request = with_client_breakpoints(case.messages[: i + 1])

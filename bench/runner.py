@@ -53,21 +53,27 @@ async def run_single(cases: Sequence[Case], systems: Sequence[Any],
 
 async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tally,
                       cache_ratio: float) -> None:
-    """Feed ``messages[:i + 1]`` for every request point ``i``, in order, to one session."""
-    session = system.open("replay:" + case.id)
+    """Feed ``messages[:i + 1]`` for every request point ``i``, in order, to one session.
+
+    Sessions are named per system: variants share the engine's store, and per-session
+    state (recall's tool offer, memory indexes) must not carry from one system to another.
+    Tokens and bills count the ``tools`` the proxy sends (``context_recall`` included)."""
+    session = system.open(f"replay:{system.name}:{case.id}")
     bill = billing.CaseBill("openai", case.id)
     prev: list[Any] | None = None
+    prev_tools = case.tools
     for turn, i in enumerate(request_points(case.messages), start=1):
         request = case.messages[: i + 1]
         out = await session.rewrite(request, case.tools)
-        total = counter.request(out.messages, case.tools)
+        tools = out.tools_sent(case.tools)
+        total = counter.request(out.messages, tools)
         tally.add(case.id, len(request), {counter.encoding: counter.request(request, case.tools)},
                   {counter.encoding: total}, out)
-        stable, full = stable_prefix_tokens(counter, prev, out.messages, case.tools, case.tools)
+        stable, full = stable_prefix_tokens(counter, prev, out.messages, prev_tools, tools)
         tally.add_replay(turn, out.ms, stable, total, None if prev is None else full,
                          cache_cost(stable, total, cache_ratio))
-        bill.add(request, case.tools, out, counter.request(request, case.tools), total)
-        prev = out.messages
+        bill.add(request, case.tools, out, counter.request(request, case.tools), total, tools)
+        prev, prev_tools = out.messages, tools
     tally.add_bill(bill)
 
 

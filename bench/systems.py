@@ -21,6 +21,7 @@ from context_engine.proxy.engine.context import JournalEntry
 from context_engine.proxy.engine.contract import Embedder
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.recall.tool import TOOL as RECALL_TOOL
 from context_engine.proxy.recall.tool import can_offer
 from context_engine.proxy.settings import Registry, Settings, load_settings
 from context_engine.proxy.store.stores import MemoryStore, Store
@@ -42,6 +43,14 @@ class Outcome:
     background_ms: float = 0.0  # work done after the request, while the model would reply
     over_deadline: bool = False  # the rewrite took longer than rules_deadline_ms (the server sends the original)
     recall: Any = None  # the engine's recall state (markers made, tool offered)
+
+    def tools_sent(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        """The ``tools`` the proxy sends upstream (Chat Completions): the client's, plus
+        ``context_recall`` from the session's first lossy rewrite on. Adding it changes the
+        request's first segment, so the provider's cache misses the whole prefix once."""
+        if tools and getattr(self.recall, "offer", False):
+            return [*tools, RECALL_TOOL]
+        return tools
 
 
 class Session(Protocol):

@@ -20,7 +20,14 @@ nearest earlier assistant message, has the result's ``tool_call_id``):
    with a marker. Used paths are stored per tool as ``tool_json:learned:<tool>``.
    With ``stub_unused``, a closed-block result none of whose values a later turn used
    becomes ``[tool_json: unused <tool> result; original: orig:<id>]``.
-4. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
+4. **Restated records** (``diff_repeats``, on; ``rules/tool_json/repeats.py``). A JSON
+   object result whose first field (``reservation_id: HATHAU``) matches that of an
+   earlier object result shown in full goes out as the fields that differ from the
+   latest such result, after ``[changed fields of the result of tool call <id> above
+   (<field>: <value>); every other field is as there]``. Decided when the result
+   arrives, from earlier messages only (prefix stable); off while learned templates or
+   stubs may later rewrite the result it refers to.
+5. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
    ``max_chars`` keeps whole lines of its head and tail around a marker; the result is
    then at most ``max_chars`` long, so a second pass leaves it alone.
 
@@ -81,6 +88,7 @@ from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.tool_json.compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
 from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends
+from context_engine.rules.tool_json.repeats import Repeats
 from context_engine.rules.tool_json.schema_templates import (
     Template,
     apply_template,
@@ -101,7 +109,8 @@ class ToolJsonConfig:
     drop_defaults: bool = option(False, "also drop false and 0 fields (can lose facts)")
     tables: bool = option(True, "arrays of objects become one header line plus CSV rows")
     factor: bool = option(True, "a column with one value in every row moves to the table title")
-    templates: bool = option(True, "apply the schema templates shipped in rules/tool_json/templates/")
+    templates: bool = option(False, "apply the schema templates shipped in rules/tool_json/templates/ "
+                                    "(lossy: a session's first cut adds context_recall to its tools)")
     template_paths: tuple[str, ...] = option((), "more template YAML files or directories "
                                                  "(later ones win)")
     max_chars: int = option(16000, "results longer than this keep head and tail around a "
@@ -115,6 +124,9 @@ class ToolJsonConfig:
     recent_turns: int = option(3, "units at the end never touched by learned templates/stubs")
     block_turns: int = option(4, "learned-template decisions are taken per block of this many "
                                  "units")
+    diff_repeats: bool = option(True, "an object result whose first field matches an earlier one "
+                                      "shown in full goes out as the fields that changed "
+                                      "(off while learned templates or stubs are on)")
 
 
 class ToolJson:
@@ -131,6 +143,9 @@ class ToolJson:
         # nothing but itself and the tool's name) is compacted once, then found by content
         self._done: BoundedCache[tuple[str, bytes], tuple[str, str] | None] = BoundedCache(
             4096, 32 * 1024 * 1024)
+        self._objects: BoundedCache[bytes, Any] = BoundedCache(4096, 32 * 1024 * 1024)
+        self._opts = CompactOptions(config.drop_empty, config.drop_defaults, config.tables,
+                                    config.factor)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         messages = ctx.messages
@@ -142,6 +157,8 @@ class ToolJson:
         out = list(messages)
         kinds: dict[str, int] = {}
         originals: list[list[str]] = []  # [tool_call_id, store key] per rewritten result
+        lossy_later = cfg.learned_templates or cfg.stub_unused  # they rewrite referents later
+        repeats = Repeats(self._objects, self._opts) if cfg.diff_repeats and not lossy_later else None
         for i, m in enumerate(messages):
             content = m.get("content")
             if m.get("role") != "tool" or not isinstance(content, str) or not content:
@@ -149,13 +166,20 @@ class ToolJson:
             later = later_texts(messages, i, lookahead[i]) if i in lookahead else None
             found = self._rewrite(content, names.get(i, "")) if later is None else \
                 self._rewrite_fresh(content, names.get(i, ""), later)
-            if found is None:
-                continue
-            text, kind = found
-            if counter.text(text) < counter.text(content):
+            text, kind = found or (content, "lossless")
+            call_id = str(m.get("tool_call_id", ""))
+            if repeats is not None and kind == "lossless":
+                diff = repeats.diff(content)
+                if diff is not None and counter.text(diff) < counter.text(text) and \
+                        (cfg.max_chars <= 0 or len(diff) <= cfg.max_chars):
+                    text, kind = diff, "diff"
+                    self._store(content)
+                else:
+                    repeats.shown(call_id, content)
+            if text != content and counter.text(text) < counter.text(content):
                 out[i] = {**m, "content": text}
                 kinds[kind] = kinds.get(kind, 0) + 1
-                originals.append([str(m.get("tool_call_id", "")), original_id(content)])
+                originals.append([call_id, original_id(content)])
         if not kinds:
             return ctx
         note: dict[str, Any] = dict(sorted(kinds.items()))

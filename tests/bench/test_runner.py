@@ -105,3 +105,33 @@ def test_stateful_sessions_are_fresh_per_case():
     assert first.engine is not second.engine
     assert first.engine.pipeline.rules[0] is not second.engine.pipeline.rules[0]
     assert first.engine.store is second.engine.store
+
+
+def test_replay_bills_the_recall_tool_the_proxy_adds_after_a_lossy_rewrite():
+    """From the first lossy rewrite on the proxy appends context_recall to ``tools``: the
+    OpenAI bill of the rewrite arm counts it (and the whole-prefix miss it causes)."""
+    from context_engine.bench import billing
+    from context_engine.bench.systems import parse_variant
+    from context_engine.proxy.recall.tool import TOOL
+
+    messages = agent_messages()
+    messages[3] = {**messages[3], "content": "log line\n" * 400}  # clipped: lossy
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    case = Case(id="t/recall", messages=messages, tools=tools, meta={"dataset": "test"})
+    _, settings = parse_variant("clip:tool_json.max_chars=400", engine_settings("tool_json"))
+    system = build_systems(settings, kinds=("engine",))[1]
+    tally = Tally()
+    asyncio.run(replay_case(case, system, COUNTER, tally, 0.1))
+
+    session = system.open("check")
+    sent, client = billing.CaseBill("openai", "a"), billing.CaseBill("openai", "b")
+    offered = []
+    for i in request_points(messages):
+        out = asyncio.run(session.rewrite(messages[: i + 1], tools))
+        offered.append(out.tools_sent(tools) != tools)
+        assert out.tools_sent(tools) in (tools, [*tools, TOOL])
+        sent.add(messages[: i + 1], tools, out, 0, 0, out.tools_sent(tools))
+        client.add(messages[: i + 1], tools, out, 0, 0)
+    assert offered == [False, True, True, True]
+    assert sent.billed > client.billed
+    assert abs(tally.bills["openai"].billed - sent.billed) < 1e-12

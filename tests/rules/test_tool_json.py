@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -253,3 +254,60 @@ def test_a_resent_result_is_rewritten_alike_and_its_original_stays_stored():
     again = asyncio.run(rule.apply(make_ctx(json.loads(json.dumps(messages)))))
     assert json.dumps(again.messages) == json.dumps(first.messages)
     assert store._data == kept
+
+
+# --- restated records as field diffs ---------------------------------------------------------
+
+RES: dict[str, Any] = {"reservation_id": "HATHAU", "user_id": "mia_li_3668", "cabin": "economy",
+       "flights": [{"flight_number": "HAT136", "price": 152}, {"flight_number": "HAT039", "price": 103}],
+       "payment_history": [{"payment_id": "credit_card_4421486", "amount": 305}],
+       "insurance": "no", "note": None}
+
+
+def _session(*values) -> list[dict]:
+    msgs: list[dict] = [SYSTEM, {"role": "user", "content": "cancel HATHAU"}]
+    for n, value in enumerate(values):
+        msgs += [call(f"c{n}", "tool", {"n": n}), result(f"c{n}", value)]
+    return msgs
+
+
+def test_a_restated_record_goes_out_as_its_changed_fields_and_its_referent_stays():
+    cancelled = {**RES, "payment_history": RES["payment_history"] + [
+        {"payment_id": "credit_card_4421486", "amount": -305}], "status": "cancelled"}
+    del cancelled["insurance"]
+    msgs = _session(RES, cancelled)
+    first = run_rule(ToolJson, msgs[:4])
+    out = run_rule(ToolJson, msgs)
+    assert out.messages[:4] == first.messages  # the referent was sent before: prefix stable
+    assert content(out.messages[3]) == compact(RES, CompactOptions())
+    assert content(out.messages[5]) == (
+        "[changed fields of the result of tool call c0 above (reservation_id: HATHAU); every "
+        "other field is as there; no longer there: insurance]\n"
+        "payment_history (2 rows; all: payment_id=credit_card_4421486):\namount\n305\n-305\n"
+        "status: cancelled")
+    assert out.notes["tool_json"]["diff"] == 1
+    assert_valid_rewrite(msgs, out)
+
+
+def test_diffs_refer_to_the_latest_record_shown_in_full_never_to_a_diff():
+    b = {**RES, "cabin": "business"}
+    c = {**RES, "cabin": "business", "insurance": "yes"}
+    other = {**RES, "reservation_id": "ZZZ999"}
+    out = run_rule(ToolJson, _session(RES, b, other, c, RES))
+    assert content(out.messages[5]).startswith("[changed fields of the result of tool call c0 above")
+    assert content(out.messages[5]).endswith("]\ncabin: business")
+    assert content(out.messages[7]) == compact(other, CompactOptions())  # another identity: in full
+    assert content(out.messages[9]).startswith("[changed fields of the result of tool call c0 above")
+    assert content(out.messages[9]).endswith("]\ncabin: business\ninsurance: yes")
+    assert content(out.messages[11]) == ("[the same fields as the result of tool call c0 above "
+                                "(reservation_id: HATHAU)]")
+
+
+def test_no_diff_without_identity_or_with_learned_templates_or_the_option_off():
+    nested = {"reservation": {"id": "A"}, "cabin": "economy"}
+    out = run_rule(ToolJson, _session(nested, {**nested, "cabin": "business"}))
+    assert not content(out.messages[5]).startswith("[")
+    options: list[dict[str, Any]] = [{"learned_templates": True}, {"diff_repeats": False}]
+    for opts in options:
+        out = run_rule(ToolJson, _session(RES, {**RES, "cabin": "business"}), **opts)
+        assert not content(out.messages[5]).startswith("["), opts
