@@ -26,16 +26,12 @@ from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import session_id, session_key
 from context_engine.proxy.recall.loop import Recall, answer
 from context_engine.proxy.recall.stream import RecallStream
-from context_engine.proxy.recall.tool import CHAT as CHAT_WIRE
 from context_engine.proxy.recall.tool import tool_tokens
-from context_engine.proxy.recall.wire import Wire
-from context_engine.proxy.recall.wire_anthropic import ANTHROPIC
-from context_engine.proxy.recall.wire_responses import RESPONSES
+from context_engine.proxy.recall.wires import WIRES
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 
 log = logging.getLogger("context_engine.chat")
-WIRES: dict[str, Wire] = {w.name: w for w in (CHAT_WIRE, RESPONSES, ANTHROPIC)}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
