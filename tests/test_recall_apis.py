@@ -16,7 +16,9 @@ from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.edge.jsonspan import object_spans
 from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.recall.wire_anthropic import ANTHROPIC as ANTHROPIC_WIRE
 from context_engine.proxy.recall.wire_anthropic import TOOL as ANTHROPIC_TOOL
+from context_engine.proxy.recall.wire_responses import RESPONSES as RESPONSES_WIRE
 from context_engine.proxy.recall.wire_responses import TOOL as RESPONSES_TOOL
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
@@ -296,3 +298,55 @@ def test_a_failed_follow_up_reaches_the_client_as_a_fault(proxy, up, api, stream
         "incomplete chunked read" in str(got.value)
     row = p.rows()[-1]
     assert row["status"] == 500 if not stream else row["error"].startswith("recall follow-up answered 500")
+
+
+def test_responses_follow_up_keeps_previous_response_id(proxy, up):
+    p = proxy()
+    before = len(up.requests)
+    done = p.client().responses.create(model="recall-id", input=r_input(), tools=R_TOOLS,
+                                       previous_response_id="resp_earlier")
+    first, second = up.requests[before:]
+    assert first["previous_response_id"] == second["previous_response_id"] == "resp_earlier"
+    assert second["input"][:-2] == first["input"]
+    assert done.id == json.loads(up.responses[-1])["id"] != json.loads(up.responses[-2])["id"]
+
+
+def test_responses_stateless_follow_up_drops_reasoning_it_cannot_send_back():
+    from context_engine.proxy.recall.wire import Call, Turn
+
+    call = {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "context_recall",
+            "arguments": '{"id": "#1"}'}
+    reasoning = {"id": "rs_1", "type": "reasoning", "summary": []}
+    sealed = {**reasoning, "encrypted_content": "gAAAA=="}
+    sent = {"model": "m", "input": "hi", "tools": [RESPONSES_TOOL], "store": False}
+    for items, expect in (([reasoning, call], [{k: v for k, v in call.items() if k != "id"}]),
+                          ([sealed, call], [sealed, call])):
+        turn = Turn(items, [Call("c1", call["arguments"])])
+        body = json.loads(RESPONSES_WIRE.follow_up(sent, [(turn, ["text"])], last=True))
+        assert body["input"] == [{"role": "user", "content": "hi"}] + expect + [
+            {"type": "function_call_output", "call_id": "c1", "output": "text"}]
+        assert body["tools"] == [] and body["store"] is False
+    stored = json.loads(RESPONSES_WIRE.follow_up({**sent, "store": True}, [(Turn([reasoning, call], [
+        Call("c1", "{}")]), ["t"])], last=False))
+    assert stored["input"][1:3] == [reasoning, call]  # the server keeps them: sent back by id
+
+
+def test_anthropic_reader_rebuilds_thinking_and_calls_from_the_real_stream_shape():
+    import asyncio
+
+    from context_engine.proxy.demo import mock_apis
+    from context_engine.proxy.recall.stream import event_json
+
+    body = {"model": "claude", "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    reply = mock_apis.Reply(tool="context_recall", arguments={"id": "#3"}, call_id="toolu_9")
+
+    async def events():
+        return [e async for e in mock_apis.anthropic_stream(body, reply, mock_apis.anthropic_usage(50, 0, False))]
+
+    reader, held = ANTHROPIC_WIRE.reader(), False
+    for event in asyncio.run(events()):
+        held = reader.take(event_json(event)) or held
+    turn = reader.turn()
+    assert held and turn.reply == mock_apis.anthropic_blocks(body, reply)
+    assert [(c.id, c.arguments) for c in turn.calls] == [("toolu_9", {"id": "#3"})]
+    assert reader.usage["input_tokens"] == 50 and reader.usage["output_tokens"] == 9
