@@ -113,7 +113,7 @@ class Continuity:
             return None
         out = obj
         if follow:
-            out = {**obj, "sequence_number": self.next_seq}
+            out = {**obj, "sequence_number": self.next_seq} if "sequence_number" in obj else dict(obj)
             if isinstance(obj.get("output_index"), int):
                 out["output_index"] = obj["output_index"] + self.shift
             if kind in ENDS and isinstance(obj.get("response"), dict):
