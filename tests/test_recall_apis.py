@@ -5,26 +5,19 @@ the tool (tests/recall_upstream_apis.py)."""
 from __future__ import annotations
 
 import json
-import os
 
 import anthropic
 import httpx
 import openai
 import pytest
 
-from context_engine.proxy.demo.mock_upstream import ServerThread
-from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.edge.jsonspan import object_spans
-from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recall.wire_anthropic import ANTHROPIC as ANTHROPIC_WIRE
 from context_engine.proxy.recall.wire_anthropic import TOOL as ANTHROPIC_TOOL
 from context_engine.proxy.recall.wire_responses import RESPONSES as RESPONSES_WIRE
 from context_engine.proxy.recall.wire_responses import TOOL as RESPONSES_TOOL
-from context_engine.proxy.settings import load_settings
-from context_engine.proxy.store.stores import MemoryStore
-from tests.conftest import RunningProxy
 from tests.recall_upstream_apis import LEAD, RecallApisUpstream
-from tests.test_recall import LINES
+from tests.test_recall import LINES, recall_proxies
 
 R_TOOLS = [{"type": "function", "name": "lookup", "description": "Look up a fact.",
             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]
@@ -57,21 +50,8 @@ def up():
 
 @pytest.fixture
 def proxy(up, tmp_path):
-    running: list[ServerThread] = []
-
-    def start(**flags):
-        flags.setdefault("rules", "tool_json")
-        flags.setdefault("rule_options", {"tool_json": {"max_chars": 600}})
-        flags.update(store="memory://", rules_deadline_ms=0, upstream=up.url + "/v1",
-                     ledger=str(tmp_path / f"ledger{len(running)}.db"))
-        settings = load_settings(flags=flags, env={}, config_path=os.devnull)
-        app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
-        running.append(ServerThread(app).__enter__())
-        return RunningProxy(running[-1], app, settings.ledger)
-
-    yield start
-    for server in running:
-        server.__exit__(None, None, None)
+    with recall_proxies(up.url, tmp_path) as start:
+        yield start
 
 
 def ant(p, key="sk-ant-test"):
@@ -345,8 +325,9 @@ def test_anthropic_reader_rebuilds_thinking_and_calls_from_the_real_stream_shape
 
     reader, held = ANTHROPIC_WIRE.reader(), False
     for event in asyncio.run(events()):
-        held = reader.take(event_json(event)) or held
+        held = reader.take(event_json(event) or {}) or held
     turn = reader.turn()
     assert held and turn.reply == mock_apis.anthropic_blocks(body, reply)
     assert [(c.id, c.arguments) for c in turn.calls] == [("toolu_9", {"id": "#3"})]
+    assert reader.usage is not None
     assert reader.usage["input_tokens"] == 50 and reader.usage["output_tokens"] == 9

@@ -22,10 +22,10 @@ from context_engine.proxy.recall.wire import (
     Call,
     Round,
     Turn,
+    WireBase,
     compact,
     finish_body,
-    forces,
-    has_tools,
+    may_call,
     sum_counts,
     tool_name,
 )
@@ -50,7 +50,7 @@ def tool_tokens(encoding: str) -> int:
 
 def can_offer(data: dict[str, Any]) -> bool:
     """The client sent tools, lets the model call this one, and has no ``context_recall``."""
-    if not has_tools(data) or forces(data.get("tool_choice")):
+    if not may_call(data):
         return False
     return data.get("n") in (None, 1)  # several choices: no single reply to continue from
 
@@ -125,14 +125,10 @@ class ChatContinuity:
         return obj
 
 
-class ChatWire:
-    name = "chat"
+class ChatWire(WireBase):
 
     def can_offer(self, data: dict[str, Any]) -> bool:
         return can_offer(data)
-
-    def add_tool(self, raw: bytes) -> bytes:
-        return add_tool(raw)
 
     def turn(self, data: dict[str, Any]) -> Turn:
         choices = data.get("choices")
@@ -154,11 +150,5 @@ class ChatWire:
         body["messages"] = messages
         return finish_body(body, last)
 
-    def reader(self) -> Reply:
-        return Reply()
 
-    def continuity(self) -> ChatContinuity:
-        return ChatContinuity()
-
-
-CHAT = ChatWire()
+CHAT = ChatWire("chat", TOOL, Reply, ChatContinuity)

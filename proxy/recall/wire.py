@@ -11,7 +11,7 @@ read (``Reader``) and how the follow-up's events continue the client's stream
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,6 +107,25 @@ def sum_counts(last: dict[str, Any], all_usages: list[dict[str, Any]]) -> dict[s
     return out
 
 
+class WireBase:
+    """What every wire does alike: its tool appended to the client's, a fresh reader per
+    streamed reply and a fresh continuity per client stream."""
+
+    def __init__(self, name: str, tool: dict[str, Any], reader: Callable[[], Reader],
+                 continuity: Callable[[], Continuity]) -> None:
+        self.name, self.tool, self.tool_json = name, tool, compact(tool)
+        self._reader, self._continuity = reader, continuity
+
+    def add_tool(self, raw: bytes) -> bytes:
+        return add_tool(raw, self.tool_json)
+
+    def reader(self) -> Reader:
+        return self._reader()
+
+    def continuity(self) -> Continuity:
+        return self._continuity()
+
+
 def tool_name(tool: Any) -> str:
     if not isinstance(tool, dict):
         return ""
@@ -130,6 +149,11 @@ def forces(choice: Any) -> bool:
         return False
     return choice.get("type") in ("none", "function", "tool", "allowed_tools", "custom") or \
         isinstance(choice.get("function"), dict)
+
+
+def may_call(data: dict[str, Any]) -> bool:
+    """The client sent tools (none named ``context_recall``) and lets the model call ours."""
+    return has_tools(data) and not forces(data.get("tool_choice"))
 
 
 def add_tool(raw: bytes, tool_json: str) -> bytes:

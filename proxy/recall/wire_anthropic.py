@@ -27,17 +27,14 @@ from context_engine.proxy.recall.wire import (
     PARAMETERS,
     Round,
     Turn,
-    add_tool,
-    compact,
+    WireBase,
     finish_body,
-    forces,
-    has_tools,
+    may_call,
     split_calls,
     sum_counts,
 )
 
 TOOL: dict[str, Any] = {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": PARAMETERS}
-TOOL_JSON = compact(TOOL)
 
 
 def _turn(content: Any) -> Turn:
@@ -117,18 +114,14 @@ class Continuity:
         return out
 
 
-class AnthropicWire:
-    name = "anthropic"
+class AnthropicWire(WireBase):
 
     def can_offer(self, data: dict[str, Any]) -> bool:
-        if not has_tools(data) or forces(data.get("tool_choice")):
+        if not may_call(data):
             return False
         messages = data.get("messages")
         last = messages[-1] if isinstance(messages, list) and messages else None
         return isinstance(last, dict) and last.get("role") == "user"
-
-    def add_tool(self, raw: bytes) -> bytes:
-        return add_tool(raw, TOOL_JSON)
 
     def turn(self, data: dict[str, Any]) -> Turn:
         return _turn(data.get("content"))
@@ -146,11 +139,5 @@ class AnthropicWire:
         body["messages"] = messages
         return finish_body(body, last)
 
-    def reader(self) -> Reader:
-        return Reader()
 
-    def continuity(self) -> Continuity:
-        return Continuity()
-
-
-ANTHROPIC = AnthropicWire()
+ANTHROPIC = AnthropicWire("anthropic", TOOL, Reader, Continuity)

@@ -30,18 +30,15 @@ from context_engine.proxy.recall.wire import (
     PARAMETERS,
     Round,
     Turn,
-    add_tool,
-    compact,
+    WireBase,
     finish_body,
-    forces,
-    has_tools,
+    may_call,
     split_calls,
     sum_counts,
 )
 
 TOOL: dict[str, Any] = {"type": "function", "name": TOOL_NAME, "description": DESCRIPTION,
                         "parameters": PARAMETERS, "strict": False}
-TOOL_JSON = compact(TOOL)
 CALLS = ("function_call", "custom_tool_call")
 ENDS = ("response.completed", "response.incomplete", "response.failed")
 STARTS = ("response.created", "response.in_progress", "response.queued")
@@ -139,18 +136,14 @@ class Continuity:
         return out
 
 
-class ResponsesWire:
-    name = "responses"
+class ResponsesWire(WireBase):
 
     def can_offer(self, data: dict[str, Any]) -> bool:
-        if not has_tools(data) or forces(data.get("tool_choice")):
+        if not may_call(data):
             return False
         if data.get("conversation") or data.get("background"):
             return False
         return not (data.get("stream") is True and data.get("store") is not False)
-
-    def add_tool(self, raw: bytes) -> bytes:
-        return add_tool(raw, TOOL_JSON)
 
     def turn(self, data: dict[str, Any]) -> Turn:
         return _turn(data.get("output"))
@@ -167,11 +160,5 @@ class ResponsesWire:
         body["input"] = items
         return finish_body(body, last)
 
-    def reader(self) -> Reader:
-        return Reader()
 
-    def continuity(self) -> Continuity:
-        return Continuity()
-
-
-RESPONSES = ResponsesWire()
+RESPONSES = ResponsesWire("responses", TOOL, Reader, Continuity)
