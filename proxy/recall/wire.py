@@ -183,6 +183,13 @@ def finish_body(body: dict[str, Any], last: bool) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
 
+def repeated(reply: Iterable[Any], kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The reply's items (or blocks) a follow-up sends back: all but the client's own
+    calls (they are asked again), without the keys the reply left null."""
+    return [{k: v for k, v in i.items() if v is not None} for i in reply
+            if isinstance(i, dict) and not (i.get("type") in kinds and i.get("name") != TOOL_NAME)]
+
+
 def split_calls(items: Iterable[Any], kinds: tuple[str, ...], args: str,
                 id_key: str) -> tuple[list[Call], int]:
     """The recall calls among ``items`` (tool-call items or blocks of the given types),

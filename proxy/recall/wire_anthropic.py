@@ -30,6 +30,7 @@ from context_engine.proxy.recall.wire import (
     WireBase,
     finish_body,
     may_call,
+    repeated,
     split_calls,
     sum_counts,
 )
@@ -130,9 +131,7 @@ class AnthropicWire(WireBase):
         body = dict(sent)
         messages = list(body.get("messages") or [])
         for turn, results in rounds:
-            content = [b for b in turn.reply if isinstance(b, dict) and not (
-                b.get("type") == "tool_use" and b.get("name") != TOOL_NAME)]
-            messages.append({"role": "assistant", "content": content})
+            messages.append({"role": "assistant", "content": repeated(turn.reply, ("tool_use",))})
             messages.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": c.id, "content": r}
                 for c, r in zip(turn.calls, results)]})

@@ -33,6 +33,7 @@ from context_engine.proxy.recall.wire import (
     WireBase,
     finish_body,
     may_call,
+    repeated,
     split_calls,
     sum_counts,
 )
@@ -53,8 +54,7 @@ def _turn(output: Any) -> Turn:
 
 def _items(turn: Turn, stateless: bool) -> list[Any]:
     """The reply's output items the follow-up repeats."""
-    out = [i for i in turn.reply if isinstance(i, dict) and not (
-        i.get("type") in CALLS and i.get("name") != TOOL_NAME)]
+    out = repeated(turn.reply, CALLS)
     if not stateless:
         return out
     kept = [i for i in out if i.get("type") != "reasoning" or i.get("encrypted_content")]
