@@ -20,6 +20,7 @@ from context_engine.bench.cases import Case
 from context_engine.proxy.adapters import ADAPTERS
 from context_engine.proxy.adapters.base import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.recall.wires import WIRES
 
 APIS = ("chat", "responses", "anthropic")
 
@@ -148,7 +149,9 @@ class _WireSession:
         raw = to_wire(self.api, self.inner.model, messages, tools)
         parsed = ADAPTERS[self.api].parse(raw)
         start = time.perf_counter()
-        rw = await self.inner.engine.rewrite(parsed.chat, self.inner.session_id)
+        rw = await self.inner.engine.rewrite(
+            parsed.chat, self.inner.session_id,
+            can_offer=self.inner.recall or WIRES[self.api].can_offer(parsed.data))
         out_raw = raw
         if rw.result.changed:
             try:
@@ -168,7 +171,7 @@ class _WireSession:
                                                  strip(rw.result.ctx.messages, both),
                                                  rw.result.ctx.system_line),
                        failed_open=rw.result.failed_open or out_raw == raw and rw.result.changed,
-                       reverted_because=list(rw.result.problems))
+                       reverted_because=list(rw.result.problems), recall=rw.recall)
 
 
 def _opaque_texts(raw: bytes) -> list[bytes]:
@@ -190,6 +193,11 @@ class WireSystem:
     @property
     def name(self) -> str:
         return str(self.inner.name)
+
+    @property
+    def recall(self) -> bool:
+        """bench --recall: the engine offers context_recall on this API's wire too."""
+        return bool(self.inner.recall)
 
     def open(self, session_id: str) -> Any:
         return _WireSession(self.inner.open(session_id), self.api, self.opaque, self.tally)

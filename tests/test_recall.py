@@ -3,6 +3,7 @@ loopback upstream that calls the tool (tests/recall_upstream.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -42,24 +43,32 @@ def up():
         yield server
 
 
-@pytest.fixture
-def proxy(up, tmp_path):
-    """A proxy with real rules (by name) in front of the recall upstream."""
+@contextlib.contextmanager
+def recall_proxies(upstream_url, tmp_path):
+    """Start proxies with real rules (by name) in front of a recall upstream."""
     running: list[ServerThread] = []
 
     def start(store=None, **flags):
         flags.setdefault("rules", "tool_json")
         flags.setdefault("rule_options", {"tool_json": {"max_chars": 600}})
-        flags.update(store="memory://", rules_deadline_ms=0, upstream=up.url + "/v1",
+        flags.update(store="memory://", rules_deadline_ms=0, upstream=upstream_url + "/v1",
                      ledger=str(tmp_path / f"ledger{len(running)}.db"))
         settings = load_settings(flags=flags, env={}, config_path=os.devnull)
         app = create_app(settings, engine=Engine(settings, store=store or MemoryStore()))
         running.append(ServerThread(app).__enter__())
         return RunningProxy(running[-1], app, settings.ledger)
 
-    yield start
-    for server in running:
-        server.__exit__(None, None, None)
+    try:
+        yield start
+    finally:
+        for server in running:
+            server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def proxy(up, tmp_path):
+    with recall_proxies(up.url, tmp_path) as start:
+        yield start
 
 
 def test_non_stream_recall_is_answered_inside_the_proxy(proxy, up):

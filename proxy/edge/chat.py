@@ -26,7 +26,8 @@ from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import session_id, session_key
 from context_engine.proxy.recall.loop import Recall, answer
 from context_engine.proxy.recall.stream import RecallStream
-from context_engine.proxy.recall.tool import add_tool, can_offer, tool_tokens
+from context_engine.proxy.recall.tool import tool_tokens
+from context_engine.proxy.recall.wires import WIRES
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 
@@ -50,6 +51,7 @@ class ChatCompletions:
     def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
                  adapter: Adapter = CHAT) -> None:
         self.adapter = adapter
+        self.wire = WIRES[adapter.name]
         self.engine = engine
         self.upstream = upstream
         self.finisher = finisher
@@ -70,7 +72,7 @@ class ChatCompletions:
         except ValueError as exc:
             return self._error(BadRequest(str(exc), param=profiles.HEADER))
         self.finisher.begin()
-        offer = self.adapter.name == "chat" and self.settings.recall.enabled and can_offer(body.data)
+        offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
         try:
             row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
@@ -82,7 +84,7 @@ class ChatCompletions:
         arm = row.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
             else None
-        tooled = add_tool(out) if recall is not None else out
+        tooled = self.wire.add_tool(out) if recall is not None else out
         if tooled is out:
             recall = None
         else:
@@ -113,7 +115,7 @@ class ChatCompletions:
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
         loop = None if recall is None or r.status_code != 200 else Recall(
-            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds)
+            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire)
         if loop is not None:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
                 return await answer(loop, r, started, extra, done)

@@ -14,8 +14,8 @@ from typing import Any
 @dataclass(frozen=True)
 class RecallOptions:
     enabled: bool = field(default=True, metadata={
-        "help": "offer context_recall (Chat Completions, client sent tools) once a session's "
-                "rewrite is lossy, and answer its calls inside the proxy"})
+        "help": "offer context_recall (all three APIs, when the client sent tools) once a "
+                "session's rewrite is lossy, and answer its calls inside the proxy"})
     max_rounds: int = field(default=3, metadata={
         "help": "extra upstream calls one request may make to answer recall calls (1-10); "
                 "the last one goes without the tool"})

@@ -1,5 +1,8 @@
 """Answering ``context_recall`` inside the proxy: the client sees only the final reply.
 
+The same loop serves the three APIs; what differs (where the calls are, the follow-up,
+the stream's events) is the request's ``recall.wire.Wire``.
+
 When the upstream's reply calls ``context_recall``, the proxy resolves the calls from the
 caller's own session (``recall.resolve``), appends the assistant's recall calls and their
 results to what it sent, and asks again, at most ``recall.max_rounds`` times; the last
@@ -35,7 +38,8 @@ from context_engine.proxy.edge.relay import Done, fault
 from context_engine.proxy.edge.upstream import Upstream, response_headers
 from context_engine.proxy.edge.usage_tap import Usage, UsageTap
 from context_engine.proxy.recall.resolve import RecallScope, resolve
-from context_engine.proxy.recall.tool import follow_up, recall_calls
+from context_engine.proxy.recall.tool import CHAT
+from context_engine.proxy.recall.wire import Round, Turn, Wire, sum_counts
 
 log = logging.getLogger("context_engine.recall")
 ROUNDS_HEADER = b"x-context-engine-recall-rounds"
@@ -51,22 +55,22 @@ class Recall:
     sent: bytes  # the request body as sent (with the tool); parsed only for a follow-up
     scope: RecallScope
     max_rounds: int
-    rounds: list[tuple[dict[str, Any], list[str]]] = field(default_factory=list)
+    wire: Wire = CHAT
+    rounds: list[Round] = field(default_factory=list)
     usages: list[Usage] = field(default_factory=list)  # one per upstream reply
     raw_usages: list[dict[str, Any]] = field(default_factory=list)
 
-    def answer_calls(self, message: dict[str, Any]) -> bool:
-        """Resolve the message's recall calls into a new round; False when it has none or
+    def answer_calls(self, turn: Turn) -> bool:
+        """Resolve the reply's recall calls into a new round; False when it has none or
         no round is left."""
-        calls, _ = recall_calls(message)
-        if not calls or len(self.rounds) >= self.max_rounds:
+        if not turn.calls or len(self.rounds) >= self.max_rounds:
             return False
-        results = [resolve(self.scope, c["function"].get("arguments")) for c in calls]
-        self.rounds.append((message, results))
+        self.rounds.append((turn, [resolve(self.scope, c.arguments) for c in turn.calls]))
         return True
 
     async def ask_again(self) -> httpx.Response:
-        body = follow_up(json.loads(self.sent), self.rounds, last=len(self.rounds) >= self.max_rounds)
+        body = self.wire.follow_up(json.loads(self.sent), self.rounds,
+                                   last=len(self.rounds) >= self.max_rounds)
         return await self.upstream.send("POST", self.url, self.headers, body)
 
     def usage(self) -> Usage:
@@ -93,21 +97,6 @@ class Recall:
         return sum_counts(last, self.raw_usages)
 
 
-def sum_counts(last: dict[str, Any], all_usages: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in last.items():
-        same = [u.get(key) for u in all_usages if isinstance(u, dict)]
-        if isinstance(value, bool):
-            out[key] = value
-        elif isinstance(value, int):
-            out[key] = sum(v for v in same if isinstance(v, int) and not isinstance(v, bool))
-        elif isinstance(value, dict):
-            out[key] = sum_counts(value, [v for v in same if isinstance(v, dict)])
-        else:
-            out[key] = value
-    return out
-
-
 def decoded(body: bytes, encoding: str) -> bytes | None:
     encoding = encoding.lower().strip()
     if encoding in ("", "identity"):
@@ -129,15 +118,6 @@ def reply_json(body: bytes, encoding: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def first_message(data: dict[str, Any] | None) -> dict[str, Any]:
-    choices = data.get("choices") if data else None
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        message = choices[0].get("message")
-        if isinstance(message, dict):
-            return message
-    return {}
-
-
 async def answer(loop: Recall, r: httpx.Response, started: float,
                  extra: list[tuple[bytes, bytes]], on_done: Done) -> Response:
     """The non-streamed reply the client gets, after any recall rounds."""
@@ -151,7 +131,7 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
             problem = fault(exc, "mid-body")
             log.warning(problem.message)
             finish(problem.status, problem.message)
-            return error_response(problem)
+            return error_response(problem, loop.wire.name == "anthropic")
         finally:
             await r.aclose()
         encoding = r.headers.get("content-encoding", "")
@@ -161,13 +141,13 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
         data = reply_json(body, encoding) if r.status_code == 200 else None
         if data is not None and isinstance(data.get("usage"), dict):
             loop.raw_usages.append(data["usage"])
-        if data is None or not loop.answer_calls(first_message(data)):
+        if data is None or not loop.answer_calls(loop.wire.turn(data)):
             break
         try:
             r = await loop.ask_again()
         except ProxyError as exc:
             finish(exc.status, exc.message)
-            return error_response(exc)
+            return error_response(exc, loop.wire.name == "anthropic")
     headers = response_headers(r.headers.raw) + extra
     if loop.rounds:
         headers = [(k, v) for k, v in headers if k not in (b"content-length", b"content-encoding")]

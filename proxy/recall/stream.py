@@ -1,11 +1,11 @@
 """A streamed reply with recall rounds (``recall.loop`` explains the loop).
 
-Events go to the client as they come until the first tool-call delta; from there they
-are held to the end of the reply. If the reply called ``context_recall``, the held
-events are dropped, the calls resolved, and the stream continues with the follow-up's
-events (its own role delta first); otherwise the held events go out unchanged. After a
-recall round, the usage chunk (``stream_options.include_usage``) carries the sum over
-rounds; every other byte is the upstream's. An upstream fault mid-stream, or a follow-up
+Events go to the client as they come until the first tool call begins (the API's
+``Reader`` says when); from there they are held to the end of the reply. If the reply
+called ``context_recall``, the held events are dropped, the calls resolved, and the
+stream continues with the follow-up's events, as the API's ``Continuity`` has them
+(chat: as sent, the usage chunk summed; Responses and Anthropic: one response, see
+their wires); otherwise the held events go out unchanged. An upstream fault mid-stream, or a follow-up
 that fails, aborts the stream as ``relay`` does.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -23,9 +22,12 @@ from starlette.types import Send
 from context_engine.proxy.edge.errors import ProxyError
 from context_engine.proxy.edge.relay import Done, StreamRelay
 from context_engine.proxy.edge.usage_tap import Usage, UsageTap
-from context_engine.proxy.recall.loop import Recall, sum_counts
+from context_engine.proxy.recall.loop import Recall
+from context_engine.proxy.recall.wire import Reader
 
 log = logging.getLogger("context_engine.recall")
+END_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed",
+                        "message_stop"})
 
 
 async def sse_events(r: httpx.Response) -> AsyncIterator[bytes]:
@@ -58,44 +60,6 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     return None
 
 
-@dataclass
-class Reply:
-    """What one streamed reply said: its text, its tool calls (by index) and usage."""
-
-    content: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    usage: dict[str, Any] | None = None
-
-    def take(self, obj: dict[str, Any]) -> bool:
-        """Read one chunk; whether it holds a tool-call delta."""
-        if isinstance(obj.get("usage"), dict):
-            self.usage = obj["usage"]
-        choices = obj.get("choices")
-        delta = choices[0].get("delta") if isinstance(choices, list) and choices and \
-            isinstance(choices[0], dict) else None
-        if not isinstance(delta, dict):
-            return False
-        if isinstance(delta.get("content"), str):
-            self.content.append(delta["content"])
-        calls = delta.get("tool_calls")
-        for c in calls if isinstance(calls, list) else []:
-            if not isinstance(c, dict):
-                continue
-            index = c.get("index")
-            at = self.calls.setdefault(index if isinstance(index, int) else 0, {
-                "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
-            at["id"] = str(c.get("id") or at["id"])
-            fn = c.get("function")
-            fn = fn if isinstance(fn, dict) else {}
-            at["function"]["name"] += str(fn.get("name") or "")
-            at["function"]["arguments"] += str(fn.get("arguments") or "")
-        return bool(calls)
-
-    def message(self) -> dict[str, Any]:
-        return {"role": "assistant", "content": "".join(self.content) or None,
-                "tool_calls": [self.calls[i] for i in sorted(self.calls)]}
-
-
 class RecallStream(StreamRelay):
     def __init__(self, loop: Recall, r: httpx.Response, headers: list[tuple[bytes, bytes]],
                  started: float, on_done: Done) -> None:
@@ -103,8 +67,8 @@ class RecallStream(StreamRelay):
         super().__init__(r, [(k, v) for k, v in headers if k != b"content-length"], None,
                          started, on_done)
         self.loop = loop
-        self._live = False  # relaying a reply whose usage is not in ``loop.raw_usages`` yet
-        self._sent_end = False  # the final reply's [DONE] went out
+        self.continuity = loop.wire.continuity()
+        self._sent_end = False  # the final reply's end event went out
 
     def _usage(self) -> Usage:
         return self.loop.usage()
@@ -115,10 +79,10 @@ class RecallStream(StreamRelay):
     async def _body(self, send: Send) -> str:
         """Relay reply after reply; the error that stops the stream, or ``""``."""
         while True:
-            reply, held = await self._relay(send)
-            if not held or not self.loop.answer_calls(reply.message()):
+            reader, held = await self._relay(send)
+            if not held or not self.loop.answer_calls(reader.turn()):
                 for event in held:
-                    await self._send(send, event, event_json(event))
+                    await self._send(send, event, event_json(event), None)
                 return ""
             await self.r.aclose()
             try:
@@ -129,29 +93,44 @@ class RecallStream(StreamRelay):
                     "content-type", "").startswith("text/event-stream"):
                 return f"recall follow-up answered {self.r.status_code}"
 
-    async def _relay(self, send: Send) -> tuple[Reply, list[bytes]]:
-        """Send one reply's events up to its first tool-call delta; hold the rest."""
-        reply, held = Reply(), list[bytes]()
+    async def _relay(self, send: Send) -> tuple[Reader, list[bytes]]:
+        """Send one reply's events up to its first tool call; hold the rest."""
+        reader, held = self.loop.wire.reader(), list[bytes]()
         tap = UsageTap(self.r.headers.get("content-encoding", ""), stream=True)
-        self._live = True
+        self.continuity.start(bool(self.loop.rounds))
         async for event in sse_events(self.r):
             tap.feed(event)
             obj = event_json(event)
-            calls = reply.take(obj) if obj is not None else False
+            calls = reader.take(obj) if obj is not None else False
             if held or calls:
                 held.append(event)
             else:
-                await self._send(send, event, obj)
+                await self._send(send, event, obj, reader)
         self.loop.usages.append(tap.close())
-        if reply.usage is not None:
-            self.loop.raw_usages.append(reply.usage)
-        self._live = False
-        return reply, held
+        if reader.usage is not None:
+            self.loop.raw_usages.append(reader.usage)
+        return reader, held
 
-    async def _send(self, send: Send, event: bytes, obj: dict[str, Any] | None) -> None:
-        if self.loop.rounds and obj is not None and isinstance(obj.get("usage"), dict):
-            usages = self.loop.raw_usages + ([obj["usage"]] if self._live else [])
-            obj = {**obj, "usage": sum_counts(obj["usage"], usages)}
-            event = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    async def _send(self, send: Send, event: bytes, obj: dict[str, Any] | None,
+                    live: Reader | None) -> None:
+        """One event to the client, as ``Continuity`` has it (``live``: the reply being
+        read, whose usage is not in ``loop.raw_usages`` yet)."""
+        if obj is not None:
+            usages = self.loop.raw_usages + ([live.usage] if live is not None and live.usage else [])
+            out = self.continuity.event(obj, bool(self.loop.rounds), usages)
+            if out is None:
+                return
+            if out is not obj:
+                event = with_data(event, out)
+            kind = out.get("type")
+            self._sent_end = self._sent_end or kind in END_EVENTS
         await send({"type": "http.response.body", "body": event, "more_body": True})
         self._sent_end = self._sent_end or event.rstrip().endswith(b"data: [DONE]")
+
+
+def with_data(event: bytes, obj: dict[str, Any]) -> bytes:
+    """The event with its data line replaced by ``obj`` (its other lines as sent)."""
+    lines = [line for line in event.splitlines() if line.strip()]
+    data = b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    out = [data if line.startswith(b"data:") else line for line in lines]
+    return b"\n".join(out) + b"\n\n"

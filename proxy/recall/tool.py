@@ -1,30 +1,42 @@
-"""The ``context_recall`` tool on the wire (Chat Completions): its definition, whether a
-request may get it, adding it to the client's bytes, and reading calls to it back.
+"""The ``context_recall`` tool on the Chat Completions wire (``CHAT``, a ``recall.wire.Wire``):
+its definition, whether a request may get it, adding it to the client's bytes, reading
+calls to it back from a reply or a stream, and the follow-up request.
 
 The tool goes last in ``tools``, after the client's own, every other byte as the client
-sent it. It is never added to a request without tools, with ``tool_choice: "none"``, or
-whose client already has a tool of that name.
+sent it. It is never added to a request without tools, with a ``tool_choice`` that rules
+it out (``"none"``, one named function), with ``n`` > 1, or whose client already has a
+tool of that name.
 """
 
 from __future__ import annotations
 
 import functools
-import json
+from dataclasses import dataclass, field
 from typing import Any
 
-from context_engine.proxy.edge.jsonspan import object_spans
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.recall.resolve import TOOL_NAME
+from context_engine.proxy.recall.wire import (
+    DESCRIPTION,
+    PARAMETERS,
+    Call,
+    Round,
+    Turn,
+    WireBase,
+    compact,
+    finish_body,
+    may_call,
+    sum_counts,
+    tool_name,
+)
+from context_engine.proxy.recall.wire import (
+    add_tool as add_tool_json,
+)
 
 TOOL: dict[str, Any] = {"type": "function", "function": {
-    "name": TOOL_NAME,
-    "description": "Return text the context proxy shortened or left out of this conversation: "
-                   "pass the id a marker names (orig:<id>, or #n for turn n), or a query to "
-                   "search the earlier turns.",
-    "parameters": {"type": "object", "properties": {
-        "id": {"type": "string", "description": "an id from a marker: orig:<id> or #n"},
-        "query": {"type": "string", "description": "words to search the earlier turns for"}}}}}
-TOOL_JSON = json.dumps(TOOL, separators=(",", ":"))
+    "name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}}
+TOOL_JSON = compact(TOOL)
+__all__ = ["TOOL", "TOOL_JSON", "CHAT", "tool_tokens", "can_offer", "tool_name", "add_tool"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -37,33 +49,14 @@ def tool_tokens(encoding: str) -> int:
 
 
 def can_offer(data: dict[str, Any]) -> bool:
-    """The client sent tools, lets the model call them, and has no ``context_recall``."""
-    tools = data.get("tools")
-    if not isinstance(tools, list) or not tools or data.get("tool_choice") == "none":
+    """The client sent tools, lets the model call this one, and has no ``context_recall``."""
+    if not may_call(data):
         return False
-    if data.get("n") not in (None, 1):
-        return False  # several choices: no single reply to continue from
-    return not any(isinstance(t, dict) and tool_name(t) == TOOL_NAME for t in tools)
-
-
-def tool_name(tool: dict[str, Any]) -> str:
-    fn = tool.get("function")
-    return str(fn.get("name") if isinstance(fn, dict) else tool.get("name") or "")
+    return data.get("n") in (None, 1)  # several choices: no single reply to continue from
 
 
 def add_tool(raw: bytes) -> bytes:
-    """The body with the tool appended to its ``tools`` array (the rest byte for byte);
-    ``raw`` itself when it has no such array."""
-    try:
-        text = raw.decode("utf-8")
-        data, spans = object_spans(text)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return raw
-    if not isinstance(data.get("tools"), list) or not data["tools"]:
-        return raw
-    _, end = spans["tools"]
-    close = text.rindex("]", 0, end)
-    return (text[:close] + "," + TOOL_JSON + text[close:]).encode("utf-8")
+    return add_tool_json(raw, TOOL_JSON)
 
 
 def recall_calls(message: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
@@ -74,22 +67,88 @@ def recall_calls(message: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     return ours, len(calls) - len(ours)
 
 
-def follow_up(sent: dict[str, Any], rounds: list[tuple[dict[str, Any], list[str]]],
-              last: bool) -> bytes:
-    """The next request: what was sent, then per round the assistant's recall calls (only
-    those: the client's own calls are asked again) and their results. The last allowed
-    round goes without the tool, so its reply cannot call it again."""
-    body = dict(sent)
-    messages = list(body["messages"])
-    for message, results in rounds:
-        calls, _ = recall_calls(message)
-        assistant: dict[str, Any] = {"role": "assistant", "content": message.get("content"),
-                                     "tool_calls": calls}
-        messages.append(assistant)
-        messages += [{"role": "tool", "tool_call_id": c.get("id"), "content": r}
-                     for c, r in zip(calls, results)]
-    body["messages"] = messages
-    if last:
-        body["tools"] = [t for t in body.get("tools") or []
-                         if not (isinstance(t, dict) and tool_name(t) == TOOL_NAME)]
-    return json.dumps(body, ensure_ascii=False).encode("utf-8")
+def _turn(message: dict[str, Any]) -> Turn:
+    ours, others = recall_calls(message)
+    return Turn(message, [Call(str(c.get("id") or ""), c["function"].get("arguments")) for c in ours],
+                others)
+
+
+@dataclass
+class Reply:
+    """One streamed reply: its text, its tool calls (by index) and usage."""
+
+    content: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
+
+    def take(self, obj: dict[str, Any]) -> bool:
+        """Read one chunk; whether it holds a tool-call delta."""
+        if isinstance(obj.get("usage"), dict):
+            self.usage = obj["usage"]
+        choices = obj.get("choices")
+        delta = choices[0].get("delta") if isinstance(choices, list) and choices and \
+            isinstance(choices[0], dict) else None
+        if not isinstance(delta, dict):
+            return False
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        calls = delta.get("tool_calls")
+        for c in calls if isinstance(calls, list) else []:
+            if not isinstance(c, dict):
+                continue
+            index = c.get("index")
+            at = self.calls.setdefault(index if isinstance(index, int) else 0, {
+                "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+            at["id"] = str(c.get("id") or at["id"])
+            fn = c.get("function")
+            fn = fn if isinstance(fn, dict) else {}
+            at["function"]["name"] += str(fn.get("name") or "")
+            at["function"]["arguments"] += str(fn.get("arguments") or "")
+        return bool(calls)
+
+    def turn(self) -> Turn:
+        return _turn({"role": "assistant", "content": "".join(self.content) or None,
+                      "tool_calls": [self.calls[i] for i in sorted(self.calls)]})
+
+
+class ChatContinuity:
+    """A follow-up's chunks go out as sent, its role delta included; only the usage
+    chunk after a recall round carries the sum over rounds."""
+
+    def start(self, follow: bool) -> None:
+        pass
+
+    def event(self, obj: dict[str, Any], follow: bool,
+              usages: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if follow and isinstance(obj.get("usage"), dict):
+            return {**obj, "usage": sum_counts(obj["usage"], usages)}
+        return obj
+
+
+class ChatWire(WireBase):
+
+    def can_offer(self, data: dict[str, Any]) -> bool:
+        return can_offer(data)
+
+    def turn(self, data: dict[str, Any]) -> Turn:
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        return _turn(message if isinstance(message, dict) else {})
+
+    def follow_up(self, sent: dict[str, Any], rounds: list[Round], last: bool) -> bytes:
+        """What was sent, then per round the assistant's recall calls (only those: the
+        client's own calls are asked again) and their results."""
+        body = dict(sent)
+        messages = list(body["messages"])
+        for turn, results in rounds:
+            calls, _ = recall_calls(turn.reply)
+            messages.append({"role": "assistant", "content": turn.reply.get("content"),
+                             "tool_calls": calls})
+            messages += [{"role": "tool", "tool_call_id": c.id, "content": r}
+                         for c, r in zip(turn.calls, results)]
+        body["messages"] = messages
+        return finish_body(body, last)
+
+
+CHAT = ChatWire("chat", TOOL, Reply, ChatContinuity)

@@ -1,0 +1,142 @@
+"""``context_recall`` on Anthropic Messages (``POST /v1/messages``): a ``recall.wire.Wire``.
+
+- The tool is ``{"name": "context_recall", "description": ..., "input_schema": ...}``
+  after the client's tools, without ``cache_control``: the client's breakpoints stay
+  where they were and no new one is added (never more than the client's, so never more
+  than 4). Not offered when the client sent no tools, a ``tool_choice`` of ``none`` or
+  one named tool, or a last message of the assistant (a prefill to continue).
+- A reply's calls are its ``tool_use`` blocks. The follow-up is the request as sent,
+  then an assistant message with the reply's content (thinking blocks and their
+  signatures included; the client's own ``tool_use`` blocks left out: they are asked
+  again) and a user message with one ``tool_result`` per recall call. The messages the
+  client sent come first, unchanged, so its cached prefix still reads from the cache.
+- Stream: held from the first ``tool_use`` block. The client sees one message: the
+  follow-up's ``message_start`` is left out, its blocks' ``index`` comes after the
+  blocks the client already has, and its ``message_delta`` carries the usage summed
+  over rounds (input, cache read and write, output).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from context_engine.proxy.recall.resolve import TOOL_NAME
+from context_engine.proxy.recall.wire import (
+    DESCRIPTION,
+    PARAMETERS,
+    Round,
+    Turn,
+    WireBase,
+    finish_body,
+    may_call,
+    repeated,
+    split_calls,
+    sum_counts,
+)
+
+TOOL: dict[str, Any] = {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": PARAMETERS}
+
+
+def _turn(content: Any) -> Turn:
+    blocks = content if isinstance(content, list) else []
+    calls, others = split_calls(blocks, ("tool_use",), "input", "id")
+    return Turn(blocks, calls, others)
+
+
+class Reader:
+    """One streamed reply: its content blocks, rebuilt from the deltas, and its usage."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json: dict[int, str] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def take(self, obj: dict[str, Any]) -> bool:
+        kind, index = obj.get("type"), obj.get("index")
+        if kind == "message_start" and isinstance(obj.get("message"), dict):
+            usage = obj["message"].get("usage")
+            self.usage = dict(usage) if isinstance(usage, dict) else None
+        elif kind == "message_delta" and isinstance(obj.get("usage"), dict):
+            self.usage = {**(self.usage or {}), **obj["usage"]}
+        elif kind == "content_block_start" and isinstance(index, int) and \
+                isinstance(obj.get("content_block"), dict):
+            block = self.blocks[index] = dict(obj["content_block"])
+            return block.get("type") == "tool_use"
+        elif kind == "content_block_delta" and index in self.blocks and isinstance(obj.get("delta"), dict):
+            self._delta(index, self.blocks[index], obj["delta"])
+        return False
+
+    def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
+        kind = delta.get("type")
+        if kind == "input_json_delta":
+            self.json[index] = self.json.get(index, "") + str(delta.get("partial_json") or "")
+        elif kind == "text_delta":
+            block["text"] = str(block.get("text") or "") + str(delta.get("text") or "")
+        elif kind == "thinking_delta":
+            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
+        elif kind == "signature_delta":
+            block["signature"] = delta.get("signature")
+        elif kind == "citations_delta":
+            block["citations"] = list(block.get("citations") or []) + [delta.get("citation")]
+
+    def turn(self) -> Turn:
+        for index, text in self.json.items():
+            try:
+                self.blocks[index]["input"] = json.loads(text) if text.strip() else {}
+            except ValueError:
+                self.blocks[index]["input"] = {}
+        return _turn([self.blocks[i] for i in sorted(self.blocks)])
+
+
+class Continuity:
+    def __init__(self) -> None:
+        self.started = 0  # content blocks the client was told of
+        self.shift = 0
+
+    def start(self, follow: bool) -> None:
+        self.shift = self.started
+
+    def event(self, obj: dict[str, Any], follow: bool,
+              usages: list[dict[str, Any]]) -> dict[str, Any] | None:
+        kind = obj.get("type")
+        out = obj
+        if follow:
+            if kind == "message_start":
+                return None
+            if isinstance(obj.get("index"), int):
+                out = {**obj, "index": obj["index"] + self.shift}
+            if kind == "message_delta" and isinstance(obj.get("usage"), dict) and usages:
+                summed = sum_counts({**usages[-1], **obj["usage"]}, usages)
+                out = {**obj, "usage": {k: v for k, v in summed.items()
+                                        if isinstance(v, (int, dict)) or k in obj["usage"]}}
+        if kind == "content_block_start" and isinstance(out.get("index"), int):
+            self.started = max(self.started, out["index"] + 1)
+        return out
+
+
+class AnthropicWire(WireBase):
+
+    def can_offer(self, data: dict[str, Any]) -> bool:
+        if not may_call(data):
+            return False
+        messages = data.get("messages")
+        last = messages[-1] if isinstance(messages, list) and messages else None
+        return isinstance(last, dict) and last.get("role") == "user"
+
+    def turn(self, data: dict[str, Any]) -> Turn:
+        return _turn(data.get("content"))
+
+    def follow_up(self, sent: dict[str, Any], rounds: list[Round], last: bool) -> bytes:
+        body = dict(sent)
+        messages = list(body.get("messages") or [])
+        for turn, results in rounds:
+            messages.append({"role": "assistant", "content": repeated(turn.reply, ("tool_use",))})
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": c.id, "content": r}
+                for c, r in zip(turn.calls, results)]})
+        body["messages"] = messages
+        return finish_body(body, last)
+
+
+ANTHROPIC = AnthropicWire("anthropic", TOOL, Reader, Continuity)
