@@ -56,7 +56,7 @@ OPTIONS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "min_chars": st.sampled_from([0, 60, 200]), "min_tokens": st.just(0)}),
     "retrieve": st.fixed_dictionaries({
         "window": st.just(2), "block": st.just(2), "min_closed_tokens": st.just(0),
-        "embedder": st.just("hashing"), "threshold": st.sampled_from([0.0, 0.3]),
+        "embedder": st.just("hashing"), "threshold": st.sampled_from([0.0, 0.3]), "max_embed": st.just(0),
         "keep_tool_units": st.booleans(),
         "position": st.sampled_from(["before_last_user", "after_system"])}),
     "zones": st.fixed_dictionaries({"secret": st.just("property-secret"),
