@@ -215,8 +215,8 @@ class BillTotals:
 
 async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> None:
     """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session).
-    The Messages adapter does not offer ``context_recall`` yet: the proxy sends the
-    client's own tools."""
+    The bill counts the tools the proxy sends: the Messages adapter offers
+    ``context_recall`` on the same terms as Chat Completions."""
     from context_engine.bench.cases import request_points
 
     session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}")
@@ -224,6 +224,7 @@ async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> 
     for i in request_points(case.messages):
         request = with_client_breakpoints(case.messages[: i + 1])
         out = await session.rewrite(request, case.tools)
+        tools = out.tools_sent(case.tools)
         bill.add(request, case.tools, out, counter.request(request, case.tools),
-                 counter.request(out.messages, case.tools))
+                 counter.request(out.messages, tools), tools)
     tally.add_bill(bill)

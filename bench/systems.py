@@ -45,7 +45,7 @@ class Outcome:
     recall: Any = None  # the engine's recall state (markers made, tool offered)
 
     def tools_sent(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        """The ``tools`` the proxy sends upstream (Chat Completions): the client's, plus
+        """The ``tools`` the proxy sends upstream (every API): the client's, plus
         ``context_recall`` from the session's first lossy rewrite on. Adding it changes the
         request's first segment, so the provider's cache misses the whole prefix once."""
         if tools and getattr(self.recall, "offer", False):
