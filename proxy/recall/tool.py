@@ -27,16 +27,11 @@ from context_engine.proxy.recall.wire import (
     finish_body,
     may_call,
     sum_counts,
-    tool_name,
-)
-from context_engine.proxy.recall.wire import (
-    add_tool as add_tool_json,
 )
 
 TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}}
 TOOL_JSON = compact(TOOL)
-__all__ = ["TOOL", "TOOL_JSON", "CHAT", "tool_tokens", "can_offer", "tool_name", "add_tool"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -53,10 +48,6 @@ def can_offer(data: dict[str, Any]) -> bool:
     if not may_call(data):
         return False
     return data.get("n") in (None, 1)  # several choices: no single reply to continue from
-
-
-def add_tool(raw: bytes) -> bytes:
-    return add_tool_json(raw, TOOL_JSON)
 
 
 def recall_calls(message: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:

@@ -74,6 +74,7 @@ never changes afterwards, and prompt caching misses only at block boundaries.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -224,8 +225,7 @@ class ToolJson:
                     value, kind = kept, "learned"
                     cuts.append("unused fields")
         self._store(text)
-        opts = CompactOptions(self.config.drop_empty, self.config.drop_defaults,
-                              self.config.tables, self.config.factor, ascii_only=text.isascii())
+        opts = dataclasses.replace(self._opts, ascii_only=text.isascii())
         body = compact(value, opts) if value is not None else ""
         if cuts:
             body = (body + "\n" if body else "") + self._marker(text, " and ".join(cuts) + " cut")
