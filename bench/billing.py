@@ -36,7 +36,7 @@ from context_engine.proxy.reporting.aggregate import row_bill
 
 MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
 KINDS = tuple(MODELS)
-MIN_TOKENS, STEP, LOOKBACK, HISTORY = 1024, 128, 20, 8
+MIN_TOKENS, STEP, LOOKBACK, HISTORY, ROUTE = 1024, 128, 20, 8, 64
 SECONDS_PER_REQUEST = 10.0  # the estimator's clock: well inside the providers' cache TTL
 Segments = list[tuple[tuple[int, ...], bool]]  # (token ids, carries a breakpoint)
 SAME: Any = object()
@@ -73,12 +73,16 @@ def render(messages: list[Any], tools: list[Any] | None) -> Segments:
 
 @dataclass
 class OpenAISim:
-    history: list[list[tuple[int, ...]]] = field(default_factory=list)
+    """Requests are routed by their first tokens (the provider routes on a hash of the
+    prefix): each route remembers its last ``HISTORY`` requests."""
+
+    history: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = field(default_factory=dict)
 
     def bill(self, segs: Segments) -> tuple[int, int, int]:
         cur = [s for s, _ in segs]
+        route = self.history.setdefault(cur[0][:ROUTE] if cur else (), [])
         best = 0
-        for prev in self.history[-HISTORY:]:
+        for prev in route[-HISTORY:]:
             n = 0
             for a, b in zip(prev, cur):
                 if a == b:
@@ -90,7 +94,8 @@ class OpenAISim:
                     n += 1
                 break
             best = max(best, n)
-        self.history.append(cur)
+        route.append(cur)
+        del route[:-HISTORY]
         total = sum(map(len, cur))
         return total, min(total, 0 if best < MIN_TOKENS else best // STEP * STEP), 0
 
@@ -132,6 +137,32 @@ def with_client_breakpoints(messages: list[Any]) -> list[Any]:
     return out
 
 
+def new_sims(kind: str) -> tuple[Any, Any]:
+    """A provider cache for each arm: the direct requests' and the proxy's."""
+    sim = OpenAISim if kind == "openai" else AnthropicSim
+    return sim(), sim()
+
+
+@dataclass
+class Caches:
+    """Which requests share a provider cache. ``session``: each replayed session starts
+    cold (one conversation per cache lifetime). ``caller``: every session a system
+    replays shares one cache per arm, as one organisation's traffic does at the
+    provider, so a session's first request reads the tool schemas and system prompt
+    another session of the same agent wrote."""
+
+    scope: str = "session"
+    shared: dict[tuple[str, str], tuple[Any, Any]] = field(default_factory=dict)
+
+    def bill(self, kind: str, system: str, session: str) -> CaseBill:
+        if self.scope == "session":
+            return CaseBill(kind, session)
+        if (kind, system) not in self.shared:
+            self.shared[kind, system] = new_sims(kind)
+        direct, proxy = self.shared[kind, system]
+        return CaseBill(kind, session, direct, proxy)
+
+
 @dataclass
 class CaseBill:
     """One replayed session under one billing model."""
@@ -148,8 +179,8 @@ class CaseBill:
     requests: int = 0
 
     def __post_init__(self) -> None:
-        sim = OpenAISim if self.kind == "openai" else AnthropicSim
-        self.direct_sim, self.proxy_sim = sim(), sim()
+        if self.direct_sim is None:
+            self.direct_sim, self.proxy_sim = new_sims(self.kind)
 
     def add(self, request: list[Any], tools: list[Any] | None, out: Any,
             tokens_before: int, tokens_after: int, sent_tools: Any = SAME) -> None:
@@ -213,14 +244,15 @@ class BillTotals:
                 "gap_points": gap, "direct_usd": round(self.direct, 4), "billed_usd": round(self.billed, 4)}
 
 
-async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any) -> None:
+async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any,
+                           caches: Caches | None = None) -> None:
     """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session).
     The bill counts the tools the proxy sends: the Messages adapter offers
     ``context_recall`` on the same terms as Chat Completions."""
     from context_engine.bench.cases import request_points
 
     session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}")
-    bill = CaseBill("anthropic", case.id)
+    bill = (caches or Caches()).bill("anthropic", getattr(system, "name", ""), case.id)
     for i in request_points(case.messages):
         request = with_client_breakpoints(case.messages[: i + 1])
         out = await session.rewrite(request, case.tools)

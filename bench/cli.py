@@ -48,6 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replay: also bill each case as an Anthropic client would be billed "
                              "(its own breakpoints on the system prompt and newest message; a second "
                              "replay per case)")
+    parser.add_argument("--cache-scope", choices=("session", "caller"), default="session",
+                        help="replay bills: each session starts with a cold provider cache "
+                             "(session), or all of a system's sessions share one, as one "
+                             "organisation's traffic does (caller)")
     parser.add_argument("--last-n", type=int, default=12, help="N of the last_n baseline")
     parser.add_argument("--mask-keep", type=int, default=3,
                         help="tool outputs mask_observations leaves unmasked")
@@ -110,6 +114,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "variants": {name: {k: dict(v) for k, v in sorted(s.rule_options.items())}
                      for name, s in variants},
         "cache_ratio": args.cache_ratio,
+        "cache_scope": args.cache_scope,
         "api": args.api,
         "files": {},
     }
@@ -121,7 +126,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             if args.replay:
                 tallies = await run_replay(group, systems, counters[0], args.cache_ratio,
-                                           args.anthropic)
+                                           args.anthropic, args.cache_scope)
             else:
                 tallies = await run_single(group, systems, counters)
             report["files"][label] = {"cases": len(group), "systems": summarize(tallies)}

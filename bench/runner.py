@@ -52,14 +52,14 @@ async def run_single(cases: Sequence[Case], systems: Sequence[Any],
 
 
 async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tally,
-                      cache_ratio: float) -> None:
+                      cache_ratio: float, caches: billing.Caches | None = None) -> None:
     """Feed ``messages[:i + 1]`` for every request point ``i``, in order, to one session.
 
     Sessions are named per system: variants share the engine's store, and per-session
     state (recall's tool offer, memory indexes) must not carry from one system to another.
     Tokens and bills count the ``tools`` the proxy sends (``context_recall`` included)."""
     session = system.open(f"replay:{system.name}:{case.id}")
-    bill = billing.CaseBill("openai", case.id)
+    bill = (caches or billing.Caches()).bill("openai", system.name, case.id)
     prev: list[Any] | None = None
     prev_tools = case.tools
     for turn, i in enumerate(request_points(case.messages), start=1):
@@ -78,13 +78,15 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
 
 
 async def run_replay(cases: Sequence[Case], systems: Sequence[Any], counter: TokenCounter,
-                     cache_ratio: float, anthropic: bool = False) -> dict[str, Tally]:
+                     cache_ratio: float, anthropic: bool = False,
+                     cache_scope: str = "session") -> dict[str, Tally]:
     tallies = {s.name: Tally() for s in systems}
+    caches = billing.Caches(cache_scope)
     for case in cases:
         for system in systems:
-            await replay_case(case, system, counter, tallies[system.name], cache_ratio)
+            await replay_case(case, system, counter, tallies[system.name], cache_ratio, caches)
             if anthropic:  # a second replay by a client that sets Anthropic breakpoints
-                await billing.replay_anthropic(case, system, counter, tallies[system.name])
+                await billing.replay_anthropic(case, system, counter, tallies[system.name], caches)
     return tallies
 
 

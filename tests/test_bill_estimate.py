@@ -225,3 +225,20 @@ def test_a_provider_that_misses_a_kept_prefix_is_reported(start_proxy):
     assert rows[0]["provider_missed_tokens"] == 0  # nothing was kept yet
     assert all(r["provider_missed_tokens"] >= 1024 for r in rows[2:])
     assert overall(rows).provider_misses >= 2
+
+
+def test_a_prefix_another_session_cached_counts_for_the_original(start_proxy):
+    """The provider's cache is per organisation: a session's first request reads the prefix
+    another session wrote. The session's own history cannot see that; the bill proves it,
+    so the original (which shares that prefix with what was sent) is estimated to read it
+    too, and the report does not count those reads as a saving."""
+    proxy = start_proxy(rules=[Noop()])
+    reqs = conversation(3, "fleet")
+    _send(proxy, reqs, "fleet-a")
+    rows = _send(proxy, reqs[2:], "fleet-b")  # session b opens with what a sent last
+    assert rows[0]["cached_tokens"] > 1024
+    # in the proxy's token counts (the bill counts ~4 more tokens a message)
+    assert rows[0]["est_cached_original"] >= rows[0]["cached_tokens"] * rows[0]["tokens_sent"] \
+        // rows[0]["prompt_tokens"] - 1
+    total = overall(rows)
+    assert abs(total.cost_original / total.cost_actual - 1) < 0.05

@@ -8,7 +8,11 @@
   input items, Anthropic system + messages with their ``cache_control`` blocks). A
   Responses request continuing server-held history (``previous_response_id``,
   ``conversation``) shows the proxy only its new items: the provider's cached prefix is
-  that history either way, so the original's reads are taken as billed.
+  that history either way, so the original's reads are taken as billed. The provider's
+  cache is per organisation, not per session: where the bill shows more cache reads than
+  the session's history explains (another session of the same agent wrote the tool
+  schemas and system prompt), the original is taken to read them too, up to the prefix
+  it shares with what was sent (``billed_floor``).
 - Prefix diagnostics of what the proxy sent against what it sent last for the session:
   tokens of the kept prefix; when it broke, the first changed message index (-1: the
   tool definitions) and the cause: ``client`` (its own history changed), the first rule
@@ -85,6 +89,32 @@ def input_notes(messages: list[Any], tools: list[Any] | None) -> list[str]:
     return notes
 
 
+def billed_floor(est: cache_model.CacheUse, billed_reads: int, original: Signature,
+                 sent: Signature) -> cache_model.CacheUse:
+    """``est`` raised to what the provider's bill proves: the sent request read
+    ``billed_reads`` cached tokens (in the proxy's token counts), so the original, which shares its first segments with
+    it, would have read as many of them. This covers prefixes cached by *other* sessions
+    (the provider's cache is per organisation: a fleet of sessions shares its agent's tool
+    schemas and system prompt), which the session's own history cannot see."""
+    if not billed_reads or billed_reads <= est.read:
+        return est
+    shared = shared_segments(original, sent)
+    floor = min(billed_reads, original.ends[shared - 1] if shared else 0)
+    if floor <= est.read:
+        return est
+    return cache_model.CacheUse(floor, max(0, est.write - (floor - est.read)))
+
+
+def _proxy_tokens(billed: Any, row: Any) -> int:
+    """``billed`` provider tokens in the proxy's token counts (``row_bill`` scales back)."""
+    prompt, sent = row.prompt_tokens, row.tokens_sent
+    if not isinstance(billed, int) or isinstance(billed, bool) or billed <= 0:
+        return 0
+    if isinstance(prompt, int) and prompt > 0 and isinstance(sent, int) and sent > 0:
+        return billed * sent // prompt
+    return billed
+
+
 class BillEstimator:
     def __init__(self, max_sessions: int = 1024, max_entries: int = 1024) -> None:
         self.max_sessions = max_sessions
@@ -123,12 +153,13 @@ class BillEstimator:
         now = row.ts
         orig_sig = signature(original, tools, counter, memo, self.segments)
         est = cache_model.use(kind, orig_sig, st.original, now, row.model)
-        row.est_cached_original, row.est_write_original = est.read, est.write
         result = rewrite.result if rewrite is not None else None
         rewritten = result is not None and row.arm == "rewrite" and not result.failed_open \
             and not row.failed_open  # row: also a rewrite the wire format could not carry
         sent = result.ctx.messages if rewritten and result is not None else original
         sent_sig = orig_sig if sent is original else signature(sent, tools, counter, memo, self.segments)
+        est = billed_floor(est, _proxy_tokens(row.cached_tokens, row), orig_sig, sent_sig)
+        row.est_cached_original, row.est_write_original = est.read, est.write
         expected = cache_model.use(kind, sent_sig, st.sent, now, row.model)
         row.est_cached_sent = expected.read
         if row.cached_tokens is not None and expected.read >= MISS_MIN and \

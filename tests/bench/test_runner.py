@@ -135,3 +135,26 @@ def test_replay_bills_the_recall_tool_the_proxy_adds_after_a_lossy_rewrite():
     assert offered == [False, True, True, True]
     assert sent.billed > client.billed
     assert abs(tally.bills["openai"].billed - sent.billed) < 1e-12
+
+
+def test_caller_scope_shares_the_provider_cache_between_sessions():
+    """``--cache-scope caller``: a second session of the same agent reads the tool schemas
+    and system prompt the first one wrote (the provider's cache is per organisation);
+    ``session`` starts each replayed session cold. The rewrite arm shares the same way."""
+    system_prompt = {"role": "system", "content": "Policy. " + " ".join(f"rule{i} holds" for i in range(900))}
+
+    def case(n: int) -> Case:
+        messages = [system_prompt] + agent_messages()[1:]
+        messages[1] = {**messages[1], "content": f"session {n}: " + messages[1]["content"]}
+        return Case(id=f"t/{n}", messages=messages, meta={"dataset": "test"})
+
+    systems = build_systems(engine_settings("fold_duplicates"), kinds=("engine",))
+    bills = {}
+    for scope in ("session", "caller"):
+        tallies = asyncio.run(run_replay([case(1), case(2)], systems, COUNTER, 0.1,
+                                         anthropic=True, cache_scope=scope))
+        bills[scope] = {k: (b.direct, b.billed, b.requests) for k, b in tallies["engine"].bills.items()}
+    for kind in ("openai", "anthropic"):
+        (d_s, b_s, n_s), (d_c, b_c, n_c) = bills["session"][kind], bills["caller"][kind]
+        assert n_s == n_c == 8
+        assert d_c < d_s and b_c < b_s, kind  # session 2's first request read session 1's prefix
