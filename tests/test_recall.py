@@ -264,3 +264,38 @@ def test_a_failed_follow_up_reaches_the_client_as_a_fault(proxy, up, stream):
             list(got)
     row = p.rows()[-1]
     assert row["status"] == 500 if not stream else row["error"].startswith("recall follow-up answered 500")
+
+
+def test_a_folded_repeat_hides_nothing_and_offers_no_tool(proxy, up):
+    """fold_duplicates' reference to an earlier copy the request still shows is lossless:
+    no recall line, and no context_recall tool (adding it would cost the session a
+    whole-prefix cache miss)."""
+    p = proxy(rules="fold_duplicates")
+    said = ("It seems flight HAT030 is not available on May 13, 2024. Since this flight is part "
+            "of your original reservation, we need to address this before proceeding with the "
+            "change to the Atlanta to Las Vegas segment. Shall I look at other dates?")  # > 200 chars
+    messages = [{"role": "system", "content": "You are an airline agent."},
+                {"role": "user", "content": "Change my flight to May 13."},
+                {"role": "assistant", "content": said},
+                {"role": "user", "content": "Try again, please."},
+                {"role": "assistant", "content": said},
+                {"role": "user", "content": "Any nonstop options?"}]
+    p.client().chat.completions.create(model="plain", messages=messages, tools=TOOLS)
+    sent = up.requests[-1]
+    assert sent["messages"][4]["content"].startswith("[repeats the earlier assistant message")
+    assert [t["function"]["name"] for t in sent["tools"]] == ["lookup"]
+    assert "[context-engine:recall]" not in json.dumps(sent)
+
+
+def test_a_repeat_whose_first_copy_left_is_still_a_gap():
+    from context_engine.proxy.recall.marks import align
+
+    said = "The locker code is 4417; the spare key is with the porter. " * 5
+    original = [{"role": "system", "content": "s"}, {"role": "user", "content": "Code?"},
+                {"role": "assistant", "content": said}, {"role": "user", "content": "Again?"},
+                {"role": "assistant", "content": said}, {"role": "user", "content": "Thanks."}]
+    ref = {"role": "assistant", "content": "[repeats the earlier assistant message “The locker code is…”]"}
+    kept = [original[0], original[1], original[2], original[3], ref, original[5]]
+    assert align(original, kept)[1] == []  # the first copy is shown: nothing hidden
+    dropped = [original[0], original[3], ref, original[5]]  # the first copy left the request
+    assert align(original, dropped)[1] == [(1, 3, 1), (4, 5, 3)]

@@ -134,6 +134,7 @@ def closed_prefix_end(messages: list[Any], window: int, block: int) -> int:
 SPEAKER = re.compile(r"^([A-Z][\w.'-]{1,30}(?: [A-Z][\w.'-]{1,30})?):\s")
 SUMMARY_HEADER = "[context-engine:summary]"
 MEMORY_HEADER = "[context-engine:memory]"
+REPEAT_REF = "[repeats the earlier "  # fold_duplicates: a user/assistant repeat names its first copy
 # An injected message (a summary, retrieved memory) is a ``user`` message; when it meets
 # another user message, this assistant line goes between them, so a rewrite never sends
 # two user messages in a row that the client did not (strict chat templates reject that).

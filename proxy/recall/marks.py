@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from context_engine.proxy.engine.messages import INJECTED_ACK, is_injected, text_of
+from context_engine.proxy.engine.messages import INJECTED_ACK, REPEAT_REF, is_injected, text_of
 
 RECALL_HEADER = "[context-engine:recall]"
 ORIG = re.compile(r"orig:([0-9a-f]{12})(?![0-9a-f])")
@@ -58,16 +58,32 @@ def _is_ack(sent: list[Any], i: int) -> bool:
     return m.get("role") == "assistant" and m.get("content") == INJECTED_ACK and len(m) == 2
 
 
+def _plain(m: Any) -> tuple[Any, str]:
+    return m.get("role"), " ".join(text_of(m).casefold().split())
+
+
+def _repeat(o: Any, r: Any, shown: set[tuple[Any, str]]) -> bool:
+    """``r`` is ``fold_duplicates``' reference to an earlier copy of ``o`` that the sent
+    request still shows: nothing of ``o`` is lost."""
+    text = r.get("content")
+    return isinstance(text, str) and text.startswith(REPEAT_REF) and isinstance(o, dict) \
+        and o.get("role") == r.get("role") and bool(text_of(o)) and _plain(o) in shown
+
+
 def align(original: list[Any], sent: list[Any]) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
     """Sent index → client index of the messages both hold; and the gaps: client spans
-    ``[a, b)`` with no counterpart, each with the sent index it would stand before."""
+    ``[a, b)`` with no counterpart, each with the sent index it would stand before. A
+    repeat folded into a reference to a copy shown earlier counts as held."""
     matched: dict[int, int] = {}
     gaps: list[tuple[int, int, int]] = []
+    shown: set[tuple[Any, str]] = set()
     j = 0
     for i, r in enumerate(sent):
         if not isinstance(r, dict) or is_injected(r) or _is_ack(sent, i):
             continue
-        k = next((k for k in range(j, len(original)) if _same(original[k], r)), None)
+        shown.add(_plain(r))
+        k = next((k for k in range(j, len(original))
+                  if _same(original[k], r) or _repeat(original[k], r, shown)), None)
         if k is None:
             continue
         if k > j:

@@ -50,6 +50,7 @@ from typing import Any
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.messages import (
+    REPEAT_REF,
     call_index,
     closed_block_count,
     keep_users_apart,
@@ -62,8 +63,8 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.fold_duplicates import patterns as fp
 
 TOOL_REF = "[same result as tool call {id} above]"
-TEXT_REF = "[repeats the earlier {role} message “{head}…”]"
-_REF_PREFIXES = ("[same result as tool call ", "[repeats the earlier ")
+TEXT_REF = REPEAT_REF + "{role} message “{head}…”]"
+_REF_PREFIXES = ("[same result as tool call ", REPEAT_REF)
 TOOL_MATCHES = ("call", "output")
 
 
