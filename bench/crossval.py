@@ -37,7 +37,7 @@ SPACE: dict[str, list[Any]] = {
     "max_snippet_tokens": [1600, 1800, 2000, 2200],
     "broad_budget": [0, 3500, 4000, 5000],
     "neighbours": [0, 1, 2],
-    "first_person": [False, True],
+    "name_blind": [False, True],
     "expansion": [0.0, 0.7],
     "date_boost": [0.0, 0.2],
     "context_chars": [0, 200],
@@ -46,7 +46,7 @@ SPACE: dict[str, list[Any]] = {
 }
 # Ranking parts and the value that turns each off.
 PARTS: dict[str, Any] = {
-    "neighbours": 0, "first_person": False, "expansion": 0.0, "date_boost": 0.0,
+    "neighbours": 0, "name_blind": False, "expansion": 0.0, "date_boost": 0.0,
     "context_chars": 0, "speaker_weight": 1.0, "broad_budget": 0,
 }
 

@@ -28,7 +28,7 @@ class RetrieveConfig:
     speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
     fusion: str = option("minmax", "score fusion: minmax (weighted normalised scores) | rrf (reciprocal rank)")
     expansion: float = option(0.7, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
-    first_person: bool = option(True, "also search a question about a named speaker as that speaker's own words (Melanie's → my)")
+    name_blind: bool = option(True, "search without the names of the conversation's speakers (each turn is said by one of them to the other: a name only finds the turns that say it)")
     date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
     gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +162,7 @@ class SessionIndex:
         self.last_injected: list[str] | None = None
         self._vocab: set[str] | None = None
         self._speakers: set[str] | None = None
+        self._voices: set[str] | None = None
 
     def oscillation(self, injected: list[str]) -> float | None:
         """Share of the injected snippets that were not injected on the previous
@@ -190,7 +192,7 @@ class SessionIndex:
         self._terms = self._terms + [terms(c.search_text) or ["\x00"] for c in new]
         self._bm25 = None
         self._vocab = None
-        self._speakers = None
+        self._speakers = self._voices = None
         return len(new)
 
     def missing(self) -> list[int]:
@@ -242,6 +244,15 @@ class SessionIndex:
         if self._speakers is None:
             self._speakers = {c.speaker for c in self.chunks if c.named}
         return self._speakers
+
+    @property
+    def voices(self) -> set[str]:
+        """The speakers of a conversation between named people: those who open at least
+        a tenth of the user and assistant turns ("Caroline: …"), not a tool's "Error: …"."""
+        if self._voices is None:
+            said = Counter(c.speaker for c in self.chunks if c.named and c.role in ("user", "assistant"))
+            self._voices = {s for s, n in said.items() if n >= max(3, len(self.chunks) / 10)}
+        return self._voices
 
     @property
     def vocabulary(self) -> set[str]:

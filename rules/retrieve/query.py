@@ -8,9 +8,11 @@
   lower-cased and stemmed lightly, CJK text becomes character bigrams.
 - ``sub_queries``: a question naming several things ("X and Y") is also searched per
   part, so multi-hop questions recall each part.
-- ``first_person``: a question about a named speaker ("What does Melanie do to
-  de-stress?") is also searched as that speaker would have said it ("What does I do
-  to de-stress?"): their own turns say "I", not their name.
+- ``without_names``: a question about a named speaker ("What does Melanie do to
+  de-stress?") is searched without the speakers' names ("What does do to
+  de-stress?"): in a conversation between them every turn is said by one and mostly
+  addressed to the other, so a name matches the short turns that only say it
+  ("Melanie: Bye, Caroline!"), and a speaker's own turns say "I", not their name.
 - ``months``: the (month, year) pairs a question names ("in April 2022"), so turns
   from sessions dated then can be preferred.
 """
@@ -150,22 +152,34 @@ def bm25_weight(query: str, base: float, boosted: float) -> float:
     return base
 
 
-def sub_queries(query: str) -> list[str]:
-    """The query itself, then its parts when it joins several asks with and/or/commas/和."""
+_PAIR = re.compile(r"\b([A-Z][a-z]+)(?:'s|’s|')? (?:and|&) ([A-Z][a-z]+)(?:'s|’s|')?")
+
+
+def sub_queries(query: str, names: frozenset[str] = frozenset()) -> list[str]:
+    """The query itself, then its parts when it joins several asks with and/or/commas/和.
+
+    Two names joined ("Did John and James study together?") make one form per name
+    ("Did John study together?", "Did James study together?"), not a part holding only
+    a name ("Did John"); a part whose words are all ``names`` (the speakers' names as
+    ``terms``) is no ask of its own."""
+    pair = _PAIR.search(query)
+    if pair:
+        return [query] + [query[:pair.start()] + name + query[pair.end():] for name in pair.groups()]
     parts = re.split(r",|;| and | or |\band\b|和|以及|或者|、", query)
     parts = [p.strip(" ?？.") for p in parts]
-    parts = [p for p in parts if len(terms(p)) >= 1 and p != query.strip(" ?？.")]
+    parts = [p for p in parts if set(terms(p)) - names and p != query.strip(" ?？.")]
     return [query] + (parts if len(parts) >= 2 else [])
 
 
-def first_person(query: str, speakers: set[str]) -> str | None:
-    """``query`` with each named speaker's first name as "I" ("Melanie's" as "my"), or
-    None when it names none of ``speakers`` (lower-case names, as ``Chunk.speaker``)."""
-    out = query
-    for name in sorted({s.split(" ")[0] for s in speakers}):
-        out = re.sub(rf"\b{re.escape(name)}(?:'s|’s|')(?!\w)", "my", out, flags=re.IGNORECASE)
-        out = re.sub(rf"\b{re.escape(name)}\b", "I", out, flags=re.IGNORECASE)
-    return out if out != query else None
+def without_names(query: str, speakers: set[str]) -> str:
+    """``query`` without the first names (with "'s", and "X and Y" together) of
+    ``speakers`` (lower-case names, as ``Chunk.speaker``)."""
+    names = sorted({s.split(" ")[0] for s in speakers if s})
+    if not names:
+        return query
+    one = rf"\b(?:{'|'.join(map(re.escape, names))})(?:'s|’s|')?(?!\w)"
+    out = re.sub(rf"{one}(?:\s+(?:and|&)\s+{one})*", " ", query, flags=re.IGNORECASE)
+    return " ".join(out.split()) if out != query else query
 
 
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",

@@ -9,8 +9,8 @@ What it does
     "thanks"/"ok"/"好的", not news with a question back: ``query.asks_for_memory``), a
     hybrid search (BM25 over
     stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
-    weighted up for ids, numbers, dates, code; the question also in its parts and in a
-    named speaker's own words; its month and year scoping sessions; names in the best
+    weighted up for ids, numbers, dates, code; the question also in its parts and without
+    its speakers' names; its month and year scoping sessions; names in the best
     hits searched again; neighbouring turns decayed by distance — ``memory_search``)
     picks the relevant snippets, and they come back as one ``[context-engine:memory]``
     user message just before that user turn. The zone holds ``max_snippet_tokens``; a
@@ -110,7 +110,7 @@ class Retrieve:
                                    config.max_overlap, config.max_snippet_tokens,
                                    config.bm25_weight, config.bm25_weight_exact,
                                    config.speaker_weight, config.fusion, config.expansion,
-                                   config.neighbour_decay, config.first_person, config.date_boost)
+                                   config.neighbour_decay, config.name_blind, config.date_boost)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def _chunks(self, msgs: list[Any], start: int, end: int, keep: frozenset[int]) -> list[Chunk]:

@@ -6,7 +6,7 @@ Coarse recall → fuse → trim:
    fused as ``w * bm25 + (1 - w) * dense`` with ``w`` raised for queries holding ids,
    numbers, dates or code (``query_analysis.bm25_weight``). The query is also searched
    in other forms and a chunk keeps its best score: per part when it joins several
-   asks, and (``first_person``) as the named speaker would have said it.
+   asks, and (``name_blind``) without the conversation's speakers' names.
 2. Date scope (``date_boost``): when the query names a month and year, turns from
    sessions dated then score higher.
 3. Entity-linked expansion (``expansion``): names and quoted titles in the three best
@@ -37,11 +37,11 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.retrieve.index import Chunk, SessionIndex
 from context_engine.rules.retrieve.query import (
     bm25_weight,
-    first_person,
     linked_entities,
     months,
     sub_queries,
     terms,
+    without_names,
 )
 from context_engine.rules.zones.fence import quote_role_labels
 
@@ -65,7 +65,7 @@ class SearchParams:
     fusion: str = "minmax"
     expansion: float = 0.0
     neighbour_decay: float = 0.7
-    first_person: bool = True
+    name_blind: bool = True
     date_boost: float = 0.0
 
 
@@ -96,9 +96,14 @@ def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -
     """Best fused score of each chunk over the query's forms, plus the date scope and
     the entity-linked second pass (module docstring, steps 1-3)."""
     speakers = index.speakers
-    queries = sub_queries(query)
-    said = first_person(query, speakers) if p.first_person and speakers else None
-    best = _fuse(index, queries + ([said] if said else []), embed, p)
+    queries = sub_queries(query, frozenset(t for v in index.voices for t in terms(v)))
+    if p.name_blind and index.voices:
+        blind: dict[tuple[str, ...], str] = {}
+        for q in queries:  # each set of words once; a form that was only names goes
+            b = without_names(q, index.voices)
+            blind.setdefault(tuple(terms(b)), b)
+        queries = [b for t, b in blind.items() if t] or queries
+    best = _fuse(index, queries, embed, p)
     scoped = months(query)
     if p.date_boost > 0 and scoped:
         best = best + p.date_boost * np.array([bool(months(c.header) & scoped) for c in index.chunks])

@@ -1,4 +1,4 @@
-"""retrieve's ranking aids: first-person query form, date scope, entity-linked expansion
+"""retrieve's ranking aids: name-blind query forms, pairs of names, date scope, entity-linked expansion
 and neighbour decay. Each is checked on its own function and through a real index
 (hashing embedder, real BM25 and faiss)."""
 
@@ -11,11 +11,17 @@ import numpy as np
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import HashingEmbedder
 from context_engine.rules.retrieve.index import EmbeddingCache, SessionIndex, chunk_messages
-from context_engine.rules.retrieve.query import first_person, linked_entities, months, terms
+from context_engine.rules.retrieve.query import (
+    linked_entities,
+    months,
+    sub_queries,
+    terms,
+    without_names,
+)
 from context_engine.rules.retrieve.search import SearchParams, _candidates, cite, fused_scores
 
 PARAMS = SearchParams(top_k=8, threshold=0.0, neighbours=2, max_overlap=0.55, max_tokens=2000,
-                      bm25_weight=0.5, bm25_weight_exact=0.75, expansion=0.0, first_person=False,
+                      bm25_weight=0.5, bm25_weight_exact=0.75, expansion=0.0, name_blind=False,
                       date_boost=0.0)
 
 
@@ -48,13 +54,25 @@ FILLER = [f"{'Caroline' if i % 2 == 0 else 'Melanie'}: The weather was grey and 
 
 # --- query forms --------------------------------------------------------------------------
 
-def test_first_person_names_become_i_and_my():
+def test_without_names_drops_the_speakers_names_and_their_possessives():
     speakers = {"melanie", "caroline"}
-    assert first_person("What does Melanie do to de-stress?", speakers) == "What does I do to de-stress?"
-    assert first_person("What book did Melanie read from Caroline's suggestion?", speakers) \
-        == "What book did I read from my suggestion?"
-    assert first_person("What did the team decide?", speakers) is None
-    assert first_person("Did Melanie's dog bark?", {"melanie smith"}) == "Did my dog bark?"
+    assert without_names("What does Melanie do to de-stress?", speakers) == "What does do to de-stress?"
+    assert without_names("What book did Melanie read from Caroline's suggestion?", speakers) \
+        == "What book did read from suggestion?"
+    assert without_names("What did the team decide?", speakers) == "What did the team decide?"
+    assert without_names("Did Melanie’s dog bark?", {"melanie smith"}) == "Did dog bark?"
+    assert without_names("Did Melanielle call?", speakers) == "Did Melanielle call?"  # whole names only
+
+
+def test_two_names_joined_make_one_form_per_name_not_a_part_holding_a_name():
+    assert sub_queries("Did John and James study together?") == [
+        "Did John and James study together?", "Did John study together?", "Did James study together?"]
+    assert sub_queries("What are John and James' favorite games?")[1:] == [
+        "What are John favorite games?", "What are James favorite games?"]
+    # split into parts, a part whose words are all speakers' names asks nothing of its own
+    assert sub_queries("what did we plan, james?", frozenset(terms("James"))) == ["what did we plan, james?"]
+    assert sub_queries("what did we plan, and the budget?", frozenset(terms("James")))[1:] == [
+        "what did we plan", "the budget"]
 
 
 def test_months_read_month_and_year_in_several_forms():
@@ -73,15 +91,32 @@ def test_linked_entities_are_new_names_and_titles():
 
 # --- through the index --------------------------------------------------------------------
 
-def test_first_person_form_is_searched_when_the_query_names_a_speaker():
+def test_name_blind_searches_the_query_without_the_speakers_names():
     emb = RecordingEmbedder()
     idx = index_of(FILLER, emb)
-    q = "What does Melanie do to relax?"
-    scores(idx, q, first_person=True)
-    assert "What does I do to relax?" in emb.texts
     emb.texts.clear()
-    scores(idx, "What is the plan?", first_person=True)
+    scores(idx, "What does Melanie do to relax?", name_blind=True)
+    assert emb.texts == ["What does do to relax?"]
+    emb.texts.clear()
+    scores(idx, "Did Caroline and Melanie meet?", name_blind=True)  # the pair's forms fold into one
+    assert emb.texts == ["Did meet?"]
+    emb.texts.clear()
+    scores(idx, "Caroline?", name_blind=True)  # nothing but a name: searched as it is
+    assert emb.texts == ["Caroline?"]
+    emb.texts.clear()
+    scores(idx, "What is the plan?", name_blind=True)
     assert emb.texts == ["What is the plan?"]
+
+
+def test_name_blind_ranks_the_topic_above_the_turns_that_only_say_a_name():
+    turns = FILLER[:10] + ["Melanie: Bye Caroline, take care!", "Caroline: See you, Melanie!"] \
+        + FILLER[10:20] + ["Melanie: I go to pottery class every week to relax."] + FILLER[20:]
+    idx = index_of(turns)
+    q = "What does Melanie do to relax, Caroline?"
+    pottery = turns.index("Melanie: I go to pottery class every week to relax.")
+    blind = scores(idx, q, name_blind=True)
+    assert int(np.argmax(blind)) == pottery
+    assert blind[pottery] > max(blind[10], blind[11])
 
 
 def test_date_boost_prefers_the_session_the_query_dates():
