@@ -10,8 +10,8 @@ What it does
     hybrid search (BM25 over
     stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
     weighted up for ids, numbers, dates, code; the question also in its parts and without
-    its speakers' names; its month and year scoping sessions; names in the best
-    hits searched again; neighbouring turns decayed by distance — ``memory_search``)
+    its speakers' names; its month and year scoping sessions; optionally names in
+    the best hits searched again; neighbouring turns decayed by distance — ``memory_search``)
     picks the relevant snippets, and they come back as one ``[context-engine:memory]``
     user message just before that user turn. The zone holds ``max_snippet_tokens``; a
     question asking for several things or a judgement (``query.is_broad``) gets

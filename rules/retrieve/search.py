@@ -9,7 +9,7 @@ Coarse recall → fuse → trim:
    asks, and (``name_blind``) without the conversation's speakers' names.
 2. Date scope (``date_boost``): when the query names a month and year, turns from
    sessions dated then score higher.
-3. Entity-linked expansion (``expansion``): names and quoted titles in the three best
+3. Entity-linked expansion (``expansion``, off by default): names and quoted titles in the three best
    chunks that the query did not name are searched with BM25, scaled by the score of
    the chunk they came from (the second hop of a multi-hop question: "what book did
    she recommend?" → "Becoming Nicole" → the turn where the other speaker read it).
