@@ -2,10 +2,11 @@
 
 The text keeps every fact of the value; only the notation changes:
 
-- objects become ``key: value`` lines at the top and ``{key:value,…}`` inside, with
-  strings unquoted when that is unambiguous (a string that reads like a number, a
-  boolean or ``null``, is empty, has a separator or needs an escape stays JSON-quoted,
-  escaped the way the original text was: ``\\uXXXX`` when the original was pure ASCII);
+- objects become ``key:value`` lines at the top (``key: value`` with ``tight_keys``
+  off) and ``{key:value,…}`` inside, with strings unquoted when that is unambiguous (a
+  string that reads like a number, a boolean or ``null``, is empty, has a separator or
+  needs an escape stays JSON-quoted, escaped the way the original text was:
+  ``\\uXXXX`` when the original was pure ASCII);
 - ``null`` fields, and unless ``drop_empty`` is off, empty strings/arrays/objects, are
   dropped from objects (never from arrays: positions carry meaning); ``drop_defaults``
   also drops ``false`` and ``0`` (off by default: a ``0`` or ``false`` can be a fact);
@@ -43,6 +44,12 @@ class CompactOptions:
     ascii_only: bool = True
     min_rows: int = 2
     min_fill: float = 0.6
+    tight_keys: bool = True
+
+    @property
+    def key_sep(self) -> str:
+        """Between a top-level key and its value: ``key:value`` (tight) or ``key: value``."""
+        return ":" if self.tight_keys else ": "
 
 
 MAX_DEPTH = 64  # deeper JSON is left as text: the compaction recurses once per level
@@ -94,6 +101,20 @@ def render(value: Any, opts: CompactOptions) -> str:
 
 def compact(value: Any, opts: CompactOptions) -> str:
     return render(prune(value, opts), opts)
+
+
+def parse_container(text: str) -> Any:
+    """The JSON object or array ``text`` holds, else None (also when nested deeper than
+    ``MAX_DEPTH``: such a result is clipped as text, never recursed into)."""
+    if text.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, (dict, list)) or not value or nesting_depth(value) > MAX_DEPTH:
+        return None
+    return value
 
 
 # --- scalars and inline values ----------------------------------------------------------
@@ -150,7 +171,7 @@ def _dict_lines(d: dict[str, Any], prefix: str, opts: CompactOptions) -> list[st
         elif isinstance(v, dict) and v and _has_table(v, opts):
             lines.extend(_dict_lines(v, path + ".", opts))
         else:
-            lines.append(f"{path}: {_inline(v, opts)}")
+            lines.append(f"{path}{opts.key_sep}{_inline(v, opts)}")
     return lines
 
 

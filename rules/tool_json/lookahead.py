@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.engine.messages import system_prefix_len, text_of, units
+from context_engine.proxy.engine.messages import calls_of, system_prefix_len, text_of, units
 
 
 def lookahead_ends(messages: list[Any], block_turns: int, recent_turns: int) -> dict[int, int]:
@@ -39,3 +39,15 @@ def later_texts(messages: list[Any], start: int, end: int) -> list[str]:
             if isinstance(c, dict):
                 texts.append(str((c.get("function") or {}).get("arguments", "")))
     return texts
+
+
+def tool_names(messages: list[Any]) -> dict[int, str]:
+    """Index of each tool message → name of the tool call it answers (nearest call first)."""
+    names: dict[int, str] = {}
+    calls: dict[str, str] = {}
+    for i, m in enumerate(messages):
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls.update((cid, name) for cid, name, _ in calls_of(m))
+        elif m.get("role") == "tool":
+            names[i] = calls.get(str(m.get("tool_call_id", "")), "")
+    return names

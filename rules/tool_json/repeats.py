@@ -24,13 +24,7 @@ import json
 from typing import Any
 
 from context_engine.proxy.engine.memo import BoundedCache
-from context_engine.rules.tool_json.compact import (
-    MAX_DEPTH,
-    CompactOptions,
-    nesting_depth,
-    prune,
-    render,
-)
+from context_engine.rules.tool_json.compact import CompactOptions, parse_container, prune, render
 
 DIFF_REF = "[changed fields of the result of tool call {id} above ({key}: {value}); every other " \
            "field is as there{gone}]"
@@ -102,15 +96,8 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _parse_object(text: str, opts: CompactOptions) -> dict[str, Any] | None:
-    if text.lstrip()[:1] != "{":
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(value, dict) or not value or nesting_depth(value) > MAX_DEPTH:
-        return None
-    pruned = prune(value, opts)
+    value = parse_container(text)
+    pruned = prune(value, opts) if isinstance(value, dict) else None
     return pruned if isinstance(pruned, dict) and pruned else None
 
 

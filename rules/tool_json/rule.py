@@ -10,7 +10,7 @@ nearest earlier assistant message, has the result's ``tool_call_id``):
    sent, with its aliases and per-field clipping, then a marker line
    ``[tool_json: template cut; original: orig:<id>]``.
 2. **Lossless compaction** of every JSON object/array result (``rules/json_compact``):
-   ``key: value`` lines and ``{key:value}`` inside, strings unquoted where unambiguous,
+   ``key:value`` lines and ``{key:value}`` inside, strings unquoted where unambiguous,
    null and empty fields dropped, arrays of objects as a title line plus CSV header and
    rows (nested keys flattened with dots), columns holding one value in every row
    factored into the title. No marker: no fact is lost.
@@ -23,10 +23,14 @@ nearest earlier assistant message, has the result's ``tool_call_id``):
 4. **Restated records** (``diff_repeats``, on; ``rules/tool_json/repeats.py``). A JSON
    object result whose first field (``reservation_id: HATHAU``) matches that of an
    earlier object result shown in full goes out as the fields that differ from the
-   latest such result, after ``[changed fields of the result of tool call <id> above
-   (<field>: <value>); every other field is as there]``. Decided when the result
-   arrives, from earlier messages only (prefix stable); off while learned templates or
-   stubs may later rewrite the result it refers to.
+   latest one, after ``[changed fields of the result of tool call <id> above …]``.
+   **Repeated lines** (``line_repeats``, on; ``rules/tool_json/line_repeats.py``). In a
+   result as it goes out (text, or JSON after the steps above), a run of
+   ``line_repeats_min_lines`` or more lines equal to a run of an earlier result as sent
+   becomes ``[24 lines: lines 3-26 of the result of tool call <id> above]`` when that
+   saves ``line_repeats_min_saving`` tokens. Both are decided when the result arrives,
+   from earlier messages only (prefix stable), lose nothing while the result referred
+   to is in the request, and are off while learned templates or stubs are on.
 5. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
    ``max_chars`` keeps whole lines of its head and tail around a marker; the result is
    then at most ``max_chars`` long, so a second pass leaves it alone.
@@ -84,11 +88,11 @@ from typing import Any, cast
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.memo import BoundedCache
-from context_engine.proxy.engine.messages import calls_of
 from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.rules.tool_json.compact import MAX_DEPTH, CompactOptions, compact, nesting_depth
-from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends
+from context_engine.rules.tool_json.compact import CompactOptions, compact, parse_container
+from context_engine.rules.tool_json.line_repeats import LineRepeats
+from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends, tool_names
 from context_engine.rules.tool_json.repeats import Repeats
 from context_engine.rules.tool_json.schema_templates import (
     Template,
@@ -110,6 +114,7 @@ class ToolJsonConfig:
     drop_defaults: bool = option(False, "also drop false and 0 fields (can lose facts)")
     tables: bool = option(True, "arrays of objects become one header line plus CSV rows")
     factor: bool = option(True, "a column with one value in every row moves to the table title")
+    tight_keys: bool = option(True, "top-level fields as key:value lines (false: key: value)")
     templates: bool = option(False, "apply the schema templates shipped in rules/tool_json/templates/ "
                                     "(lossy: a session's first cut adds context_recall to its tools)")
     template_paths: tuple[str, ...] = option((), "more template YAML files or directories "
@@ -128,6 +133,12 @@ class ToolJsonConfig:
     diff_repeats: bool = option(True, "an object result whose first field matches an earlier one "
                                       "shown in full goes out as the fields that changed "
                                       "(off while learned templates or stubs are on)")
+    line_repeats: bool = option(True, "a result's run of lines equal to a run of an earlier result "
+                                      "goes out as a line naming that result and the range (off "
+                                      "while learned templates or stubs are on)")
+    line_repeats_min_lines: int = option(3, "shortest run of lines line_repeats folds")
+    line_repeats_min_saving: int = option(8, "fold a run only if its reference is this many "
+                                             "tokens shorter")
 
 
 class ToolJson:
@@ -146,7 +157,7 @@ class ToolJson:
             4096, 32 * 1024 * 1024)
         self._objects: BoundedCache[bytes, Any] = BoundedCache(4096, 32 * 1024 * 1024)
         self._opts = CompactOptions(config.drop_empty, config.drop_defaults, config.tables,
-                                    config.factor)
+                                    config.factor, tight_keys=config.tight_keys)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         messages = ctx.messages
@@ -160,6 +171,8 @@ class ToolJson:
         originals: list[list[str]] = []  # [tool_call_id, store key] per rewritten result
         lossy_later = cfg.learned_templates or cfg.stub_unused  # they rewrite referents later
         repeats = Repeats(self._objects, self._opts) if cfg.diff_repeats and not lossy_later else None
+        lines = LineRepeats(counter, cfg.line_repeats_min_lines, cfg.line_repeats_min_saving) \
+            if cfg.line_repeats and not lossy_later else None
         for i, m in enumerate(messages):
             content = m.get("content")
             if m.get("role") != "tool" or not isinstance(content, str) or not content:
@@ -170,17 +183,17 @@ class ToolJson:
             text, kind = found or (content, "lossless")
             call_id = str(m.get("tool_call_id", ""))
             if repeats is not None and kind == "lossless":
-                diff = repeats.diff(content)
-                if diff is not None and counter.text(diff) < counter.text(text) and \
-                        (cfg.max_chars <= 0 or len(diff) <= cfg.max_chars):
-                    text, kind = diff, "diff"
-                    self._store(content)
-                else:
-                    repeats.shown(call_id, content)
+                text, kind = self._diff(repeats, counter, call_id, content, text)
+            folded = lines.fold(text) if lines is not None else None
+            if folded is not None:
+                text, kind = folded, "lines"
+                self._store(content)
             if text != content and counter.text(text) < counter.text(content):
                 out[i] = {**m, "content": text}
                 kinds[kind] = kinds.get(kind, 0) + 1
                 originals.append([call_id, original_id(content)])
+            if lines is not None:
+                lines.shown(call_id, text if out[i] is not m else content)
         if not kinds:
             return ctx
         note: dict[str, Any] = dict(sorted(kinds.items()))
@@ -188,6 +201,18 @@ class ToolJson:
         return ctx.replace(messages=out).with_note(self.name, note)
 
     # --- one result ------------------------------------------------------------------------
+
+    def _diff(self, repeats: Repeats, counter: TokenCounter, call_id: str, content: str,
+              text: str) -> tuple[str, str]:
+        """A restated record as its changed fields, when shorter (``diff_repeats``)."""
+        diff = repeats.diff(content)
+        limit = self.config.max_chars
+        if diff is not None and counter.text(diff) < counter.text(text) and \
+                (limit <= 0 or len(diff) <= limit):
+            self._store(content)
+            return diff, "diff"
+        repeats.shown(call_id, content)
+        return text, "lossless"
 
     def _rewrite(self, text: str, tool: str) -> tuple[str, str] | None:
         """``_rewrite_fresh`` without lookahead, remembered by (tool, content)."""
@@ -201,7 +226,7 @@ class ToolJson:
         return cast("tuple[str, str] | None", found)
 
     def _rewrite_fresh(self, text: str, tool: str, later: list[str] | None) -> tuple[str, str] | None:
-        value = _parse_json(text)
+        value = parse_container(text)
         if value is None:
             clipped = self._clip(text, text)
             return (clipped, "clipped") if clipped != text else None
@@ -265,29 +290,3 @@ class ToolJson:
 
 
 _MISSING: Any = object()
-
-
-def tool_names(messages: list[Any]) -> dict[int, str]:
-    """Index of each tool message → name of the tool call it answers (nearest call first)."""
-    names: dict[int, str] = {}
-    calls: dict[str, str] = {}
-    for i, m in enumerate(messages):
-        if m.get("role") == "assistant" and m.get("tool_calls"):
-            calls.update((cid, name) for cid, name, _ in calls_of(m))
-        elif m.get("role") == "tool":
-            names[i] = calls.get(str(m.get("tool_call_id", "")), "")
-    return names
-
-
-def _parse_json(text: str) -> Any:
-    """The JSON object or array ``text`` holds, else None (also when nested deeper than
-    ``MAX_DEPTH``: such a result is clipped as text, never recursed into)."""
-    if text.lstrip()[:1] not in ("{", "["):
-        return None
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(value, (dict, list)) or not value or nesting_depth(value) > MAX_DEPTH:
-        return None
-    return value

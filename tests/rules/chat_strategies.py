@@ -41,6 +41,7 @@ OUTPUTS = [
                          for i in range(6)]}),
     "Error: flight HAT030 not available on date 2024-05-13 for the selected cabin class.",
     "\n".join(f"line {i}: build step {i % 4} ok" for i in range(30)),
+    "\n".join(f"line {i}: build step {i % 4} {'FAILED' if i == 12 else 'ok'}" for i in range(24)),
 ]
 IMAGES = ["https://example.com/cat.png", "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="]
 

@@ -50,7 +50,8 @@ OPTIONS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "tool_json": st.fixed_dictionaries({
         "learned_templates": st.booleans(), "stub_unused": st.booleans(),
         "max_chars": st.sampled_from([0, 80, 16000]), "recent_turns": st.integers(0, 3),
-        "block_turns": st.integers(1, 3)}),
+        "block_turns": st.integers(1, 3), "line_repeats_min_lines": st.integers(1, 3),
+        "line_repeats_min_saving": st.integers(0, 8)}),
     "summarize": st.fixed_dictionaries({
         "window": st.integers(1, 4), "block": st.integers(1, 4),
         "min_chars": st.sampled_from([0, 60, 200]), "min_tokens": st.just(0)}),

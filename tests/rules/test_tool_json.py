@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -63,13 +64,14 @@ def test_registered_under_its_name():
 
 def test_compaction_keeps_zero_and_false_unless_drop_defaults():
     value = {"a": 0, "b": False, "c": None, "d": "", "e": "x"}
-    assert compact(value, CompactOptions()) == "a: 0\nb: false\ne: x"
-    assert compact(value, CompactOptions(drop_defaults=True)) == "e: x"
-    assert compact(value, CompactOptions(drop_empty=False)) == 'a: 0\nb: false\nd: ""\ne: x'
+    assert compact(value, CompactOptions()) == "a:0\nb:false\ne:x"
+    assert compact(value, CompactOptions(drop_defaults=True)) == "e:x"
+    assert compact(value, CompactOptions(drop_empty=False)) == 'a:0\nb:false\nd:""\ne:x'
+    assert compact(value, CompactOptions(tight_keys=False)) == "a: 0\nb: false\ne: x"
 
 
 def test_compaction_keeps_nulls_inside_arrays_where_position_matters():
-    assert compact({"xs": [1, None, 3]}, CompactOptions()) == "xs: [1,null,3]"
+    assert compact({"xs": [1, None, 3]}, CompactOptions()) == "xs:[1,null,3]"
 
 
 def test_table_needs_enough_filled_cells():
@@ -81,13 +83,13 @@ def test_table_needs_enough_filled_cells():
 def test_ambiguous_strings_stay_quoted():
     value = {"n": "42", "t": "true", "s": " pad", "nl": "a\nb", "br": "{x}", "ok": "HAT069"}
     text = compact(value, CompactOptions())
-    assert text == 'n: "42"\nt: "true"\ns: " pad"\nnl: "a\\nb"\nbr: "{x}"\nok: HAT069'
+    assert text == 'n:"42"\nt:"true"\ns:" pad"\nnl:"a\\nb"\nbr:"{x}"\nok:HAT069'
 
 
 def test_nested_table_inside_object_uses_a_dotted_path():
     text = compact({"data": {"items": ROWS[:2], "total": 2}}, CompactOptions())
     assert text.splitlines()[0] == "data.items (2 rows; all: city=Austin):"
-    assert text.splitlines()[-1] == "data.total: 2"
+    assert text.splitlines()[-1] == "data.total:2"
 
 
 # --- templates --------------------------------------------------------------------------------
@@ -122,7 +124,7 @@ def test_template_paths_option_adds_templates_with_aliases_and_clip(tmp_path):
     deps = make_deps()
     out = run_rule(ToolJson, msgs, deps=deps, template_paths=(str(tmp_path),))
     text = content(out.messages[3])
-    assert text.startswith("id: A_1\nn: a ver...\n[tool_json: template cut; original: orig:")
+    assert text.startswith("id:A_1\nn:a ver...\n[tool_json: template cut; original: orig:")
     key = text.rsplit("original: ", 1)[1].rstrip("]")
     assert deps.store.get(key) == msgs[3]["content"].encode()
 
@@ -284,7 +286,7 @@ def test_a_restated_record_goes_out_as_its_changed_fields_and_its_referent_stays
         "[changed fields of the result of tool call c0 above (reservation_id: HATHAU); every "
         "other field is as there; no longer there: insurance]\n"
         "payment_history (2 rows; all: payment_id=credit_card_4421486):\namount\n305\n-305\n"
-        "status: cancelled")
+        "status:cancelled")
     assert out.notes["tool_json"]["diff"] == 1
     assert_valid_rewrite(msgs, out)
 
@@ -295,10 +297,10 @@ def test_diffs_refer_to_the_latest_record_shown_in_full_never_to_a_diff():
     other = {**RES, "reservation_id": "ZZZ999"}
     out = run_rule(ToolJson, _session(RES, b, other, c, RES))
     assert content(out.messages[5]).startswith("[changed fields of the result of tool call c0 above")
-    assert content(out.messages[5]).endswith("]\ncabin: business")
-    assert content(out.messages[7]) == compact(other, CompactOptions())  # another identity: in full
+    assert content(out.messages[5]).endswith("]\ncabin:business")
+    assert content(out.messages[7]).startswith("reservation_id:ZZZ999\n[8 lines: lines 2-9 of ")
     assert content(out.messages[9]).startswith("[changed fields of the result of tool call c0 above")
-    assert content(out.messages[9]).endswith("]\ncabin: business\ninsurance: yes")
+    assert content(out.messages[9]).endswith("]\ncabin:business\ninsurance:yes")
     assert content(out.messages[11]) == ("[the same fields as the result of tool call c0 above "
                                 "(reservation_id: HATHAU)]")
 
@@ -311,3 +313,116 @@ def test_no_diff_without_identity_or_with_learned_templates_or_the_option_off():
     for opts in options:
         out = run_rule(ToolJson, _session(RES, {**RES, "cabin": "business"}), **opts)
         assert not content(out.messages[5]).startswith("["), opts
+
+
+# --- repeated lines of text results ----------------------------------------------------------
+
+REF = re.compile(r"\[(\d+) lines: lines (\d+)-(\d+) of the (latest )?result of tool call (.+) above\]")
+WINDOW = [f"{n}:    value_{n} = compute({n}, 'field_{n}')" for n in range(100, 130)]
+
+
+def expand(messages: list[dict]) -> list[str]:
+    """Every tool result's text with each line reference replaced by the lines it names,
+    read from the results above as they were sent: what the model can reconstruct."""
+    texts: list[str] = []
+    for i, m in enumerate(messages):
+        if m["role"] != "tool":
+            continue
+        lines: list[str] = []
+        for line in m["content"].split("\n"):
+            found = REF.fullmatch(line)
+            if found is None:
+                lines.append(line)
+                continue
+            n, a, b, _, cid = found.groups()
+            above = [x for x in messages[:i] if x["role"] == "tool" and x["tool_call_id"] == cid]
+            run = above[-1]["content"].split("\n")[int(a) - 1:int(b)]
+            assert len(run) == int(n) == int(b) - int(a) + 1
+            lines.extend(run)
+        texts.append("\n".join(lines))
+    return texts
+
+
+def _view(cid: str, lines: list[str], head: str = "[File: src/app.py (400 lines total)]") -> list:
+    return [call(cid, "open", {"path": "src/app.py"}), result(cid, "\n".join([head, *lines]))]
+
+
+def test_an_edit_echoing_the_window_refers_to_the_lines_shown_before():
+    edited = [*WINDOW[:12], "111:    value_111 = 0  # fixed", *WINDOW[13:]]
+    msgs = [SYSTEM, {"role": "user", "content": "fix line 111"}, *_view("c1", WINDOW),
+            *_view("c2", edited, "File updated. Please review the changes.")]
+    first = run_rule(ToolJson, msgs[:4])
+    out = run_rule(ToolJson, msgs)
+    assert out.messages[:4] == first.messages == msgs[:4]  # the referent goes out unchanged
+    assert content(out.messages[5]).split("\n") == [
+        "File updated. Please review the changes.",
+        "[12 lines: lines 2-13 of the result of tool call c1 above]",
+        "111:    value_111 = 0  # fixed",
+        "[17 lines: lines 15-31 of the result of tool call c1 above]"]
+    assert expand(out.messages) == expand(msgs)  # lossless while c1 is in the request
+    assert out.notes["tool_json"]["lines"] == 1
+    assert out.notes["tool_json"]["originals"] == [["c2", original_id(msgs[5]["content"])]]
+    assert_valid_rewrite(msgs, out)
+
+
+def test_line_numbers_count_the_earlier_result_as_sent_and_repeated_ids_name_the_latest():
+    added = [f"    note_{n} = record('added line {n}')" for n in range(5)]
+    other = [f"{n}: other_{n} = load('other file, line {n}')" for n in range(10)]
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, *_view("c1", WINDOW),
+            *_view("c2", [*WINDOW[:12], *added, *WINDOW[12:]], "File updated."), *_view("c3", added),
+            *_view("c1", other, "[File: src/other.py]"), *_view("c4", other)]
+    out = run_rule(ToolJson, msgs)
+    texts = [content(m) for m in out.messages if m["role"] == "tool"]
+    assert texts[1].split("\n")[:4] == [
+        "File updated.",
+        "[12 lines: lines 2-13 of the result of tool call c1 above]", added[0], added[1]]
+    assert texts[2].endswith("\n[5 lines: lines 3-7 of the result of tool call c2 above]")
+    assert texts[3] == content(msgs[9])  # nothing of it was shown before
+    assert texts[4].endswith("\n[10 lines: lines 2-11 of the latest result of tool call c1 above]")
+    assert expand(out.messages) == expand(msgs)
+    assert run_rule(ToolJson, out.messages).messages == out.messages  # a second pass: no change
+
+
+def test_short_or_cheap_runs_stay_json_results_fold_as_compacted_and_the_option_turns_it_off():
+    short = ["a = 1", "b = 2", "c = 3"]
+    msgs = [SYSTEM, {"role": "user", "content": "go"}, *_view("c1", WINDOW), *_view("c2", WINDOW[:2], "ok"),
+            *_view("c3", short), *_view("c4", short), call("c5", "get", {}), result("c5", ROWS),
+            call("c6", "get", {}), result("c6", ROWS[:5])]
+    out = run_rule(ToolJson, msgs)
+    assert [m for m in out.messages[:10]] == msgs[:10]
+    assert content(out.messages[13]) == (  # compacted JSON folds as it goes out
+        "(5 rows; all: city=Austin):\n[6 lines: lines 2-7 of the result of tool call c5 above]")
+    off = run_rule(ToolJson, [*msgs[:4], *_view("c2", WINDOW)], line_repeats=False)
+    assert content(off.messages[5]) == content(msgs[3])  # equal text, not folded when off
+
+
+@needs_data("agent_traces_dev.jsonl")
+def test_on_real_coding_traces_every_folded_result_expands_to_its_original():
+    cases = [json.loads(line) for line in (DATA / "agent_traces_dev.jsonl").open()]
+    before = after = folded = 0
+    for case in cases:
+        if case["meta"]["dataset"] != "swe-agent":
+            continue
+        out = run_rule(ToolJson, case["messages"])
+        assert_valid_rewrite(case["messages"], out)
+        assert expand(out.messages) == expand(case["messages"]), case["id"]
+        folded += out.notes.get("tool_json", {}).get("lines", 0)
+        before += sum(COUNTER.message(m) for m in case["messages"] if m["role"] == "tool")
+        after += sum(COUNTER.message(m) for m in out.messages if m["role"] == "tool")
+    assert folded >= 4 and after < 0.6 * before
+
+
+@given(st.lists(st.lists(st.sampled_from(["x = 1", "y = 2", "z = 3", "return x", ""]),
+                         min_size=1, max_size=30), min_size=1, max_size=6),
+       st.integers(1, 4), st.integers(-2, 8))
+@settings(max_examples=150, deadline=None)
+def test_any_fold_expands_back_to_the_results_as_the_client_sent_them(views, min_lines, saving):
+    msgs: list[dict] = [SYSTEM, {"role": "user", "content": "go"}]
+    for n, lines in enumerate(views):
+        msgs += _view(f"c{n % 3}", lines)
+    out = run_rule(ToolJson, msgs, line_repeats_min_lines=min_lines,
+                   line_repeats_min_saving=saving)
+    assert expand(out.messages) == expand(msgs)
+    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
+    assert run_rule(ToolJson, out.messages, line_repeats_min_lines=min_lines,
+                    line_repeats_min_saving=saving).messages == out.messages
