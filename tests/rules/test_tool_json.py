@@ -16,7 +16,8 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules import REGISTRY
 from context_engine.rules.tool_json.compact import CompactOptions, compact
-from context_engine.rules.tool_json.rule import ToolJson, ToolJsonConfig, tool_names
+from context_engine.rules.tool_json.lookahead import tool_names
+from context_engine.rules.tool_json.rule import ToolJson, ToolJsonConfig
 from context_engine.rules.tool_json.schema_templates import (
     keep_paths,
     learned_paths,
@@ -321,7 +322,7 @@ REF = re.compile(r"\[(\d+) lines: lines (\d+)-(\d+) of the (latest )?result of t
 WINDOW = [f"{n}:    value_{n} = compute({n}, 'field_{n}')" for n in range(100, 130)]
 
 
-def expand(messages: list[dict]) -> list[str]:
+def expand(messages: list[Any]) -> list[str]:
     """Every tool result's text with each line reference replaced by the lines it names,
     read from the results above as they were sent: what the model can reconstruct."""
     texts: list[str] = []
