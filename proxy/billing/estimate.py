@@ -92,10 +92,11 @@ def input_notes(messages: list[Any], tools: list[Any] | None) -> list[str]:
 def billed_floor(est: cache_model.CacheUse, billed_reads: int, original: Signature,
                  sent: Signature) -> cache_model.CacheUse:
     """``est`` raised to what the provider's bill proves: the sent request read
-    ``billed_reads`` cached tokens (in the proxy's token counts), so the original, which shares its first segments with
-    it, would have read as many of them. This covers prefixes cached by *other* sessions
-    (the provider's cache is per organisation: a fleet of sessions shares its agent's tool
-    schemas and system prompt), which the session's own history cannot see."""
+    ``billed_reads`` cached tokens (in the proxy's token counts), so the original, which
+    shares its first segments with it, would have read as many of them. This covers
+    prefixes cached by *other* sessions (the provider's cache is per organisation: a
+    fleet of sessions shares its agent's tool schemas and system prompt), which the
+    session's own history cannot see."""
     if not billed_reads or billed_reads <= est.read:
         return est
     shared = shared_segments(original, sent)

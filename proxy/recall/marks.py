@@ -62,12 +62,13 @@ def _plain(m: Any) -> tuple[Any, str]:
     return m.get("role"), " ".join(text_of(m).casefold().split())
 
 
-def _repeat(o: Any, r: Any, shown: set[tuple[Any, str]]) -> bool:
-    """``r`` is ``fold_duplicates``' reference to an earlier copy of ``o`` that the sent
-    request still shows: nothing of ``o`` is lost."""
-    text = r.get("content")
-    return isinstance(text, str) and text.startswith(REPEAT_REF) and isinstance(o, dict) \
-        and o.get("role") == r.get("role") and bool(text_of(o)) and _plain(o) in shown
+def _shown_before(o: Any, sent: list[Any], i: int) -> bool:
+    """``sent[i]`` is ``fold_duplicates``' reference to an earlier copy of the client's
+    ``o``, and the sent request still shows that copy: nothing of ``o`` is lost."""
+    if not isinstance(o, dict) or o.get("role") != sent[i].get("role") or not text_of(o):
+        return False
+    want = _plain(o)
+    return any(isinstance(m, dict) and _plain(m) == want for m in sent[:i])
 
 
 def align(original: list[Any], sent: list[Any]) -> tuple[dict[int, int], list[tuple[int, int, int]]]:
@@ -76,14 +77,13 @@ def align(original: list[Any], sent: list[Any]) -> tuple[dict[int, int], list[tu
     repeat folded into a reference to a copy shown earlier counts as held."""
     matched: dict[int, int] = {}
     gaps: list[tuple[int, int, int]] = []
-    shown: set[tuple[Any, str]] = set()
     j = 0
     for i, r in enumerate(sent):
         if not isinstance(r, dict) or is_injected(r) or _is_ack(sent, i):
             continue
-        shown.add(_plain(r))
+        ref = isinstance(r.get("content"), str) and r["content"].startswith(REPEAT_REF)
         k = next((k for k in range(j, len(original))
-                  if _same(original[k], r) or _repeat(original[k], r, shown)), None)
+                  if _same(original[k], r) or (ref and _shown_before(original[k], sent, i))), None)
         if k is None:
             continue
         if k > j:
