@@ -19,6 +19,7 @@ import yaml
 
 from context_engine.proxy.engine.contract import Rule, RuleDeps
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
+from context_engine.proxy.engine.sessions import KINDS
 from context_engine.proxy.recall.config import RecallOptions, parse_recall
 from context_engine.proxy.recording.ledger import ledger_kind
 from context_engine.rules import DEFAULT_RULES, REGISTRY
@@ -71,6 +72,8 @@ class Settings:
         "help": "threads that run rewrites of different sessions in parallel (0 = the cores)"})
     rules_queue: int = field(default=256, metadata={
         "help": "rewrites waiting or running at most (more: the original goes out); also the background queue"})
+    session_kind: str = field(default="auto", metadata={
+        "help": "auto | chat | agent: how rules plan a session (auto: agent when it carries tool calls or text-action observations)"})
     rules: tuple[str, ...] = field(default=(), metadata={"help": "enabled rules, in run order"})
     rule_options: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict, metadata={"help": "per-rule options"})
@@ -256,6 +259,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
+    if s.session_kind not in KINDS:
+        raise ConfigError(f"session_kind: {s.session_kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
     levels = ("debug", "info", "warning", "error")
     if s.log_level not in levels:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")

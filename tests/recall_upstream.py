@@ -30,7 +30,7 @@ from starlette.routing import Route
 from context_engine.proxy.demo.mock_upstream import ServerThread
 
 ORIG = re.compile(r"orig:[0-9a-f]{12}")
-TURN = re.compile(r"\[context-engine:recall\] turns #(\d+)")
+TURN = re.compile(r"\[context-engine:recall\] turns from #(\d+)")
 
 
 def _offered(body: dict[str, Any]) -> bool:

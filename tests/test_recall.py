@@ -217,8 +217,9 @@ def test_turns_that_left_are_recalled_by_number(proxy, up):
     got = p.client().chat.completions.create(model="recall-turn", messages=messages, tools=TOOLS)
     first = up.requests[-2]
     line = next(m["content"] for m in first["messages"] if "[context-engine:recall]" in str(m["content"]))
-    assert line.startswith("[context-engine:recall] turns #1-#")
-    assert got.choices[0].message.content == "I read: #1 user: " + messages[1]["content"]
+    assert line.startswith("[context-engine:recall] turns from #2 on are not all shown")
+    assert messages[1] in first["messages"]  # the task is pinned
+    assert got.choices[0].message.content == "I read: #2 assistant: " + messages[2]["content"]
 
 
 def test_no_tools_means_no_tool_and_markers_say_so(proxy, up):

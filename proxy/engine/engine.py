@@ -23,6 +23,7 @@ from context_engine.proxy.engine.lanes import (
     limit_blas_threads,
 )
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
+from context_engine.proxy.engine.sessions import session_kind
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
 from context_engine.proxy.recall.session import RecallState, apply_recall
 from context_engine.proxy.settings import Registry, Settings, build_rules
@@ -179,6 +180,7 @@ class Engine:
             encoding=counter.encoding,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
             original=body["messages"],
+            kind=session_kind(body["messages"], self.settings.session_kind),
         )
         return ctx, counter, fallback
 

@@ -104,7 +104,7 @@ class Pipeline:
             current, tokens = nxt, after
         result = PipelineResult(current, journal, tokens_before, tokens, original_messages=original)
         if current.messages is not original:
-            found = rewrite_problems(original, current.messages, current.system_line)
+            found = rewrite_problems(original, current.messages, current.system_line, ctx.kind)
             if found:
                 self.stats.add("invariant")
                 log.warning("rewrite broke invariants, sending the original: %s", found[:3])

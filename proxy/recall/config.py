@@ -16,6 +16,10 @@ class RecallOptions:
     enabled: bool = field(default=True, metadata={
         "help": "offer context_recall (all three APIs, when the client sent tools) once a "
                 "session's rewrite is lossy, and answer its calls inside the proxy"})
+    agents_from_start: bool = field(default=True, metadata={
+        "help": "offer the tool to an agent session from its first request, so the tools "
+                "prefix never changes mid-session (the first compaction epoch would otherwise "
+                "re-bill the whole cached prefix)"})
     max_rounds: int = field(default=3, metadata={
         "help": "extra upstream calls one request may make to answer recall calls (1-10); "
                 "the last one goes without the tool"})
@@ -39,9 +43,9 @@ def parse_recall(value: Any, error: type[Exception]) -> RecallOptions:
     for key, v in value.items():
         if key not in valid:
             raise error(f"recall.{key}: unknown option; valid options: {', '.join(valid)}")
-        if key == "enabled":
+        if key in ("enabled", "agents_from_start"):
             if not isinstance(v, bool):
-                raise error(f"recall.enabled: expected true or false, got {v!r}")
+                raise error(f"recall.{key}: expected true or false, got {v!r}")
         else:
             low, high = _BOUNDS[key]
             if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:

@@ -9,8 +9,10 @@ were folded into a summary (``summarize``).
   summary tool lines) gains `` (context_recall)`` when the model can call the tool, or
   `` (no recall tool here)`` when the client sent no tools.
 - Turns that left (at least ``min_gap_chars`` of them) are named once, in one line
-  before the first gap: ``[context-engine:recall] turns #a-#b are not all shown; …``.
+  before the first gap: ``[context-engine:recall] turns from #a on are not all shown; …``.
   ``#n`` is the client's own message index, so a recall of ``#n`` returns that message.
+  The line names where the gaps begin, not where they end: its text does not change as
+  the session grows, so it never breaks the cached prefix by itself.
 
 The markers are a function of the two message lists and of whether the tool is offered,
 so the same request gives the same bytes (prompt caching).
@@ -128,11 +130,9 @@ def _suffixed(content: str, found: set[str], suffix: str) -> str:
 
 
 def _turns_line(turns: tuple[int, int], tools_on: bool) -> str:
-    a, b = turns
-    span = f"#{a}" if a == b else f"#{a}-#{b}"
     how = ('call context_recall with id "#n" (one turn) or a query to read them' if tools_on
            else "no recall tool here")
-    return f"{RECALL_HEADER} turns {span} are not all shown; {how}"
+    return f"{RECALL_HEADER} turns from #{turns[0]} on are not all shown; {how}"
 
 
 def _insert(out: list[Any], at: int, line: str) -> list[Any]:

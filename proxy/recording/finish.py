@@ -45,6 +45,9 @@ def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
         row.context = memory.columns()
         if memory.oscillation is not None:
             row.oscillation = float(memory.oscillation)
+    row.context["kind"] = res.ctx.kind
+    if res.ctx.compaction is not None:
+        row.context["compaction"] = res.ctx.compaction.columns()
 
 
 class Finisher:

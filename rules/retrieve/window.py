@@ -22,6 +22,7 @@ from context_engine.proxy.engine.messages import (
     system_prefix_len,
     units,
 )
+from context_engine.proxy.engine.sessions import first_user_index
 from context_engine.proxy.engine.tokens import TokenCounter
 
 
@@ -71,11 +72,12 @@ class Tail:
         return leaving >= max(self.min_closed_tokens, self.min_drop_ratio * staying)
 
     def kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
-        """Messages of ``head:cut`` that stay: summaries (with the line after them), system
-        and developer messages, units holding images, audio or files (with the reply to
+        """Messages of ``head:cut`` that stay: the task (the first user message, pinned),
+        summaries (with the line after them), system and developer messages, units holding images, audio or files (with the reply to
         a user message, so two user messages never meet), and tool-call units if
         configured."""
-        keep = {i for i in range(head, cut) if is_summary(msgs[i])
+        task = first_user_index(msgs)
+        keep = {i for i in range(head, cut) if is_summary(msgs[i]) or i == task
                 or msgs[i].get("role") in ("system", "developer")}
         keep |= {i + 1 for i in keep if i + 1 < cut and is_injected_ack(msgs, i + 1)}
         spans = units(msgs[:cut], head)

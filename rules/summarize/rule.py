@@ -1,7 +1,8 @@
 """summarize: turns older than the recent window become one structured summary per block.
 
 What it does
-    After the system prompt(s), the history is cut into units (a user message; an
+    After the system prompt(s) and the task (the first user message, pinned), the
+    history is cut into units (a user message; an
     assistant message with the tool results answering it; any other message) and the
     units into blocks of ``block`` units counted from the start. Every block wholly older
     than the last ``window`` units is *closed* and replaced by one ``user`` message that
@@ -67,6 +68,7 @@ from context_engine.proxy.engine.messages import (
     units,
 )
 from context_engine.proxy.engine.originals import cites_original, keep_original
+from context_engine.proxy.engine.sessions import AGENT, first_user_index, pinned_prefix_len
 from context_engine.proxy.engine.tokens import REPLY_PRIMING, TokenCounter
 from context_engine.rules.summarize.llm import LiteLLMSummarizer, transcript
 from context_engine.rules.summarize.slots import Slots, extract_slots
@@ -122,6 +124,8 @@ class Summarize:
                                  config.item_chars)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
+        if ctx.kind == AGENT:
+            return ctx  # an agent works from its own steps: compact plans its session
         msgs = ctx.messages
         start, blocks = self._closed_blocks(msgs)
         if not blocks or not _at_least(TokenCounter(ctx.encoding), msgs, self.config.min_tokens):
@@ -155,7 +159,8 @@ class Summarize:
         to its own output changes nothing. No block may reach the last user turn.
         """
         last_user = last_user_index(msgs)
-        start = system_prefix_len(msgs)
+        start = pinned_prefix_len(msgs) if 0 <= first_user_index(msgs) < last_user \
+            else system_prefix_len(msgs)  # the task stays
         for i in range(start, max(last_user, start)):
             content = msgs[i].get("content")
             if (isinstance(content, str) and content.startswith(SUMMARY_HEADER)
