@@ -79,7 +79,9 @@ class BudgetConfig:
 class _Plan:
     """The messages being cut down, with a running token total and a drop log."""
 
-    def __init__(self, messages: list[Any], counter: TokenCounter, total: int) -> None:
+    def __init__(self, messages: list[Any], counter: TokenCounter, total: int,
+                 caller: str = "") -> None:
+        self.caller = caller  # whose store scope keeps the stubbed originals
         self.slots: list[Any] = list(messages)  # None = dropped
         self.counter = counter
         self.total = total
@@ -157,7 +159,7 @@ class Budget:
         before = counter.request(ctx.messages, ctx.tools)
         if before <= budget:
             return ctx.with_note(self.name, {"budget": budget, "tokens": before, "fits": True})
-        plan = _Plan(ctx.messages, counter, before)
+        plan = _Plan(ctx.messages, counter, before, ctx.caller)
         for step in self._steps():
             if plan.total <= budget:
                 break
@@ -194,7 +196,7 @@ class Budget:
         content = m.get("content")
         if not isinstance(content, str) or _is_stub(content):
             return
-        ref = keep_original(self.store, content, cited_id(content))
+        ref = keep_original(self.store, content, cited_id(content), scope=plan.caller)
         tokens = plan.counter.text(content)
         stub = f"{DROPPED} tool output ({tokens:,} tokens) stored as {ref}"
         plan.put(i, {**m, "content": stub}, "tool_output")

@@ -23,7 +23,7 @@ from context_engine.proxy.edge.upstream import Upstream, request_headers, respon
 from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
-from context_engine.proxy.engine.session import session_id, session_key
+from context_engine.proxy.engine.session import caller_hash, session_id, session_key
 from context_engine.proxy.recall.loop import Recall, answer
 from context_engine.proxy.recall.stream import RecallStream
 from context_engine.proxy.recall.tool import tool_tokens
@@ -136,7 +136,8 @@ class ChatCompletions:
         row.context.update(body.notes)
         rewrite = None
         if arm == "rewrite" and body.rewritable and choice != "off":
-            rewrite = await self._rewrite(body.chat, sid, choice, offer)
+            caller = caller_hash(request.headers, self.session_key)
+            rewrite = await self._rewrite(body.chat, sid, choice, offer, caller)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
             if arm == "rewrite" and choice == "off":
@@ -163,9 +164,9 @@ class ChatCompletions:
             return raw
 
     async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None,
-                       offer: bool = False) -> Rewrite | None:
+                       offer: bool = False, caller: str = "") -> Rewrite | None:
         try:
-            return await self.engine.rewrite_off_loop(body, sid, choice, offer)
+            return await self.engine.rewrite_off_loop(body, sid, choice, offer, caller)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

@@ -70,22 +70,25 @@ class Engine:
             limit_blas_threads(1)
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
-                           choice: str | None = None, can_offer: bool = False) -> Rewrite:
+                           choice: str | None = None, can_offer: bool = False,
+                           caller: str = "") -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer))
+        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller))
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
-                               choice: str | None = None, can_offer: bool = False) -> Rewrite:
+                               choice: str | None = None, can_offer: bool = False,
+                               caller: str = "") -> Rewrite:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
         rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
         (queueing included), or when the lane is full, the original goes out, counted
         as failed open; a rewrite that has not started by then is skipped."""
         if not any(p.rules for p in self.pipelines.values()):
-            return await self.rewrite(body, session_id, choice, can_offer)
+            return await self.rewrite(body, session_id, choice, can_offer, caller)
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
-                                                                 session_id, choice, can_offer))
+                                                                 session_id, choice, can_offer,
+                                                                 caller))
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
@@ -166,7 +169,8 @@ class Engine:
         tools = body.get("tools")
         return counter.request(body["messages"], tools if isinstance(tools, list) else None)
 
-    def _context(self, body: dict[str, Any], session_id: str) -> tuple[RequestContext, Any, bool]:
+    def _context(self, body: dict[str, Any], session_id: str,
+                 caller: str = "") -> tuple[RequestContext, Any, bool]:
         model = str(body.get("model") or "")
         counter, fallback = counter_for_model(model)
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -176,6 +180,7 @@ class Engine:
             model=model,
             tools=tools if isinstance(tools, list) else None,
             session_id=session_id,
+            caller=caller,
             encoding=counter.encoding,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
             original=body["messages"],
@@ -191,12 +196,13 @@ class Engine:
         return Rewrite(result, counter.encoding, fallback)
 
     async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None,
-                      can_offer: bool = False) -> Rewrite:
+                      can_offer: bool = False, caller: str = "") -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated): the model's
         profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
         are then put back (``proxy/engine/breakpoints.py``); then the recall markers, and whether
-        ``context_recall`` is offered (``can_offer``: the API and the client allow it)."""
-        ctx, counter, fallback = self._context(body, session_id)
+        ``context_recall`` is offered (``can_offer``: the API and the client allow it).
+        ``caller`` is the caller's scope: originals are stored and recalled per caller."""
+        ctx, counter, fallback = self._context(body, session_id, caller)
         pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
         result = await pipeline.run(ctx, counter)
         auto = self.settings.cache.auto_breakpoints

@@ -4,8 +4,8 @@ A call names an ``id`` (``orig:<12 hex>`` from a marker, ``#n`` for the client's
 ``n``, or ``#a-#b``) or a ``query`` (words searched with BM25 in the turns this request
 does not show in full). The answer comes from this request's own messages first (the
 client resends its history), then, for an ``orig:`` id this request's markers name, from
-the store. Nothing outside the caller's request and markers is reachable: another
-caller's ids are "not found". A bad or unknown id answers a short "not found" line,
+the caller's own part of the store (``originals.store_key``). Nothing outside the
+caller's request and markers is reachable: another caller's ids are "not found". A bad or unknown id answers a short "not found" line,
 never an error. When ``zones`` ran, the answer is fenced as a tool zone.
 """
 
@@ -55,6 +55,7 @@ class RecallScope:
     store: Store | None = None
     fence: Callable[[str], str] | None = None
     max_chars: int = 24000
+    caller: str = ""  # the caller's scope: the store keeps originals per caller
 
 
 def resolve(scope: RecallScope, arguments: Any) -> str:
@@ -108,7 +109,7 @@ def _original(scope: RecallScope, digest: str) -> str | None:
     if ref not in scope.ids or scope.store is None:
         return None
     try:
-        return stored_original(scope.store, ref)
+        return stored_original(scope.store, ref, scope=scope.caller)
     except StoreUnavailable:
         return None
 
