@@ -3,6 +3,7 @@ loopback upstream that calls the tool (tests/recall_upstream.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -343,3 +344,56 @@ def test_stored_originals_are_kept_per_caller():
     assert resolve(theirs, {"id": ref}).startswith("not found")
     mine = RecallScope([], {ref}, store=store, caller="caller-a")
     assert resolve(mine, {"id": ref}) == "a's tool output"
+
+
+def _follow_up_results(up, before: int) -> list[str]:
+    follow = up.requests[before + 1]["messages"]
+    return [m["content"] for m in follow if m.get("role") == "tool" and m["tool_call_id"].startswith("call_r")]
+
+
+def test_calls_past_max_calls_in_one_reply_answer_too_many(proxy, up):
+    p = proxy(recall={"max_calls": 3})
+    before = len(up.requests)
+    p.client().chat.completions.create(model="recall-many:40", messages=history(), tools=TOOLS)
+    results = _follow_up_results(up, before)
+    assert len(results) == 40  # every call gets its result, so the follow-up is valid
+    assert all(not r.startswith("not answered") for r in results[:3])
+    assert all(r.startswith("not answered: too many context_recall calls in one reply (at most 3)")
+               for r in results[3:])
+
+
+def test_the_recalled_text_of_one_request_is_bounded(proxy, up):
+    p = proxy(recall={"max_calls": 10, "max_chars": 2000, "max_total_chars": 3000})
+    before = len(up.requests)
+    p.client().chat.completions.create(model="recall-many:10", messages=history(), tools=TOOLS)
+    results = _follow_up_results(up, before)
+    assert len(results) == 10
+    spent = [r for r in results if r.startswith("not answered: this request's recall budget")]
+    recalled = [r.split("\n[… ")[0] for r in results  # without the cut notes
+                if r not in spent and not r.startswith("not found")]
+    assert spent and sum(len(r) for r in recalled) <= 3000
+
+
+def test_calls_are_resolved_in_the_request_lane_with_one_index_per_request():
+    from context_engine.proxy.engine.lanes import RequestLane
+    from context_engine.proxy.recall.resolve import resolve_calls
+
+    threads: list[str] = []
+
+    def fence(text: str) -> str:
+        import threading
+        threads.append(threading.current_thread().name)
+        return text
+
+    msgs = history()
+    scope = RecallScope(msgs, hidden=[1, 2, 3], fence=fence)
+    lane = RequestLane(1, 4)
+    try:
+        calls = [{"query": "sensor-100"}, {"query": "sensor read"}, {"id": "#3"}]
+        got = asyncio.run(resolve_calls(scope, calls, lane=lane, session="s", max_calls=8,
+                                        deadline_s=None))
+    finally:
+        lane.close()
+    assert len(got) == 3 and "row 100:" in got[0]
+    assert threads and all(t.startswith("rules") for t in threads)
+    assert scope.index() is scope.index()  # built once, for every query of the request

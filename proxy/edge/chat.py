@@ -115,7 +115,9 @@ class ChatCompletions:
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
         loop = None if recall is None or r.status_code != 200 else Recall(
-            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire)
+            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire,
+            lane=self.engine.requests, session=row.session,
+            max_calls=self.settings.recall.max_calls, deadline_s=self.engine.deadline_s)
         if loop is not None:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
                 return await answer(loop, r, started, extra, done)

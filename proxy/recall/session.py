@@ -49,7 +49,7 @@ def apply_recall(options: RecallOptions, store: Store, original: list[Any], resu
     if zones is not None and "zones" in result.ctx.notes and callable(getattr(zones, "fence", None)):
         fence = functools.partial(zones.fence, session_id)  # recalled text as a tool zone
     scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars,
-                        result.ctx.caller)
+                        result.ctx.caller, options.max_total_chars)
     return RecallState(can_offer and _session_on(store, session_id, marked.lossy), scope)
 
 
