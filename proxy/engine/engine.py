@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -71,11 +72,12 @@ class Engine:
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
                            choice: str | None = None, can_offer: bool = False,
-                           caller: str = "") -> Rewrite:
+                           caller: str = "", deadline: float | None = None) -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller))
+        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller,
+                                                    deadline))
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
                                choice: str | None = None, can_offer: bool = False,
@@ -83,12 +85,15 @@ class Engine:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
         rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
         (queueing included), or when the lane is full, the original goes out, counted
-        as failed open; a rewrite that has not started by then is skipped."""
+        as failed open; a rewrite that has not started by then is skipped, and one that
+        has stops before its next rule. ``caller`` (the API key's scope) gets its fair
+        share of the lane."""
         if not any(p.rules for p in self.pipelines.values()):
             return await self.rewrite(body, session_id, choice, can_offer, caller)
+        deadline = time.monotonic() + self.deadline_s if self.deadline_s is not None else None
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
                                                                  session_id, choice, can_offer,
-                                                                 caller))
+                                                                 caller, deadline), caller)
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
@@ -196,7 +201,8 @@ class Engine:
         return Rewrite(result, counter.encoding, fallback)
 
     async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None,
-                      can_offer: bool = False, caller: str = "") -> Rewrite:
+                      can_offer: bool = False, caller: str = "",
+                      deadline: float | None = None) -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated): the model's
         profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
         are then put back (``proxy/engine/breakpoints.py``); then the recall markers, and whether
@@ -204,7 +210,7 @@ class Engine:
         ``caller`` is the caller's scope: originals are stored and recalled per caller."""
         ctx, counter, fallback = self._context(body, session_id, caller)
         pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
-        result = await pipeline.run(ctx, counter)
+        result = await pipeline.run(ctx, counter, deadline)
         auto = self.settings.cache.auto_breakpoints
         if (result.changed or auto) and not result.failed_open:
             opts = self.settings.rule_options.get("retrieve", {})

@@ -116,7 +116,7 @@ async def resolve_calls(scope: RecallScope, calls: list[Any], *, lane: RequestLa
 
     if lane is None or not answered:
         return work() + rest
-    job = lane.submit(session, work)
+    job = lane.submit(session, work, scope.caller)
     if job is None:
         return [BUSY] * len(answered) + rest
     try:
