@@ -61,6 +61,9 @@ class Settings:
         "help": "emit an OpenTelemetry span per request over OTLP (standard OTEL_* variables)"})
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
+    store_ttl_days: float = field(default=30.0, metadata={
+        "help": "redis:// store: a key expires this many days after it was last written or "
+                "read (0 = never)"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
@@ -250,6 +253,8 @@ def _check(s: Settings) -> None:
         ledger_kind(s.ledger)
     except ValueError as exc:
         raise ConfigError(f"ledger: {exc}") from None
+    if s.store_ttl_days < 0:
+        raise ConfigError(f"store_ttl_days: {s.store_ttl_days} must be 0 (never expire) or more")
     if s.ledger_retention_days < 0:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:

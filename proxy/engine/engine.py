@@ -44,7 +44,7 @@ class Engine:
                  rules: list[Rule] | None = None, embedder: Embedder | None = None,
                  registry: Registry | None = None) -> None:
         self.settings = settings
-        self.store = store if store is not None else open_store(settings.store)
+        self.store = store if store is not None else open_store(settings.store, settings.store_ttl_days * 86400)
         self.deps = RuleDeps(store=self.store, embedder=embedder)
         self.stats = PipelineStats()
         self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps, registry),
