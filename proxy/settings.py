@@ -51,6 +51,12 @@ class Settings:
                                    metadata={"help": "seconds to wait for a connection"})
     max_body_bytes: int = field(default=32 * 1024 * 1024,
                                 metadata={"help": "largest request body accepted (413 above)"})
+    max_inflight_body_bytes: int = field(default=256 * 1024 * 1024, metadata={
+        "help": "request body bytes being read or prepared at once, over all requests (503 beyond)"})
+    body_read_timeout: float = field(default=60.0, metadata={
+        "help": "seconds to receive a request body (408 beyond)"})
+    max_connections: int = field(default=1000, metadata={
+        "help": "connections served at once (uvicorn limit_concurrency; 503 beyond)"})
     ledger: str = field(default=".context-engine/ledger.db", metadata={
         "help": "one row per request: a SQLite file path, or postgresql://… shared by replicas"})
     ledger_retention_days: float = field(
@@ -261,6 +267,9 @@ def _check(s: Settings) -> None:
         raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
+    for key in ("max_inflight_body_bytes", "body_read_timeout", "max_connections"):
+        if getattr(s, key) <= 0:
+            raise ConfigError(f"{key}: {getattr(s, key)} must be positive")
     levels = ("debug", "info", "warning", "error")
     if s.log_level not in levels:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")

@@ -23,6 +23,7 @@ from context_engine.proxy.engine.lanes import (
     RequestLane,
     limit_blas_threads,
 )
+from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
 from context_engine.proxy.recall.session import RecallState, apply_recall
@@ -30,6 +31,7 @@ from context_engine.proxy.settings import Registry, Settings, build_rules
 from context_engine.proxy.store.stores import Store, open_store
 
 log = logging.getLogger("context_engine.engine")
+ESTIMATE_CHARS = 256 * 1024  # text above which a failed-open request's tokens are estimated
 
 @dataclass
 class Rewrite:
@@ -193,10 +195,19 @@ class Engine:
         return ctx, counter, fallback
 
     def _original(self, body: dict[str, Any], session_id: str, reason: str) -> Rewrite:
-        """The request unchanged, as a failed-open rewrite."""
+        """The request unchanged, as a failed-open rewrite. It is made on the event loop
+        when the lane is full or the deadline passed (the machine is busy): a request
+        with more than ``ESTIMATE_CHARS`` of text is not tokenized but estimated (4
+        characters a token)."""
         ctx, counter, fallback = self._context(body, session_id)
-        tokens = counter.request(ctx.messages, ctx.tools)
-        result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=[reason],
+        chars = sum(len(text_of(m)) for m in ctx.messages if isinstance(m, dict))
+        problems = [reason]
+        if chars > ESTIMATE_CHARS:
+            tokens = chars // 4 + 4 * len(ctx.messages)
+            problems.append("tokens estimated from the text's length")
+        else:
+            tokens = counter.request(ctx.messages, ctx.tools)
+        result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=problems,
                                 original_messages=ctx.messages)
         return Rewrite(result, counter.encoding, fallback)
 
