@@ -51,6 +51,8 @@ class Settings:
                                    metadata={"help": "seconds to wait for a connection"})
     max_body_bytes: int = field(default=32 * 1024 * 1024,
                                 metadata={"help": "largest request body accepted (413 above)"})
+    rules_max_body_bytes: int = field(default=8 * 1024 * 1024, metadata={
+        "help": "larger request bodies go out as sent: the rules never start on them"})
     max_inflight_body_bytes: int = field(default=256 * 1024 * 1024, metadata={
         "help": "request body bytes being read or prepared at once, over all requests (503 beyond)"})
     body_read_timeout: float = field(default=60.0, metadata={
@@ -267,7 +269,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
-    for key in ("max_inflight_body_bytes", "body_read_timeout", "max_connections"):
+    for key in ("rules_max_body_bytes", "max_inflight_body_bytes", "body_read_timeout",
+                "max_connections"):
         if getattr(s, key) <= 0:
             raise ConfigError(f"{key}: {getattr(s, key)} must be positive")
     levels = ("debug", "info", "warning", "error")

@@ -71,3 +71,27 @@ def test_intake_limits_are_settings_checked_at_start_up():
     for key, bad in (("max_inflight_body_bytes", 0), ("body_read_timeout", 0), ("max_connections", 0)):
         with pytest.raises(ConfigError, match=key):
             load_settings(flags={key: bad}, env={}, config_path=os.devnull)
+
+
+def test_a_body_over_rules_max_body_bytes_goes_out_without_running_the_rules(start_proxy, mock):
+    from context_engine.rules.fold_duplicates.rule import FoldDuplicates
+
+    seen: list[int] = []
+
+    class Counting(FoldDuplicates):
+        async def apply(self, ctx):
+            seen.append(len(ctx.messages))
+            return await super().apply(ctx)
+
+    from tests.harness import make_deps
+
+    rule = Counting(FoldDuplicates.Config(), make_deps())
+    proxy = start_proxy(rules=[rule], rules_max_body_bytes=20_000)
+    big = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "y" * 30_000}]}).encode()
+    for content in (BODY, big):
+        r = httpx.post(proxy.url + "/v1/chat/completions", content=content,
+                       headers={"content-type": "application/json", "authorization": "Bearer k"})
+        assert r.status_code == 200
+    assert mock.received[-1].body == big and seen == [1]  # the rules ran for the small one only
+    row = proxy.rows()[-1]
+    assert row["arm"] == "bypass" and json.loads(row["context"])["skipped"] == "rules_max_body_bytes"

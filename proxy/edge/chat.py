@@ -135,12 +135,15 @@ class ChatCompletions:
                         traceparent=request.headers.get("traceparent", "")[:128])
         row.context.update(body.notes)
         rewrite = None
-        if arm == "rewrite" and body.rewritable and choice != "off":
+        too_big = len(raw) > self.settings.rules_max_body_bytes  # capped before any work starts
+        if too_big and arm == "rewrite":
+            row.context["skipped"] = "rules_max_body_bytes"
+        if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
             caller = caller_hash(request.headers, self.session_key)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
-            if arm == "rewrite" and choice == "off":
+            if arm == "rewrite" and (choice == "off" or too_big):
                 row.arm = "bypass"
             row.tokens_original = row.tokens_sent = await off_loop(len(raw), self.engine.count, body.chat)
         out = raw if rewrite is None or not rewrite.result.changed else await off_loop(

@@ -34,6 +34,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from context_engine.proxy.edge.errors import ProxyError, error_response
+from context_engine.proxy.edge.intake import off_loop
 from context_engine.proxy.edge.jsonspan import object_spans, replace_spans
 from context_engine.proxy.edge.relay import Done, fault
 from context_engine.proxy.edge.upstream import Upstream, response_headers
@@ -80,9 +81,12 @@ class Recall:
             results[:] = await resolve_calls(self.scope, [c.arguments for c in turn.calls],
                                              lane=self.lane, session=self.session,
                                              max_calls=self.max_calls, deadline_s=self.deadline_s)
-        body = self.wire.follow_up(json.loads(self.sent), self.rounds,
-                                   last=len(self.rounds) >= self.max_rounds)
+        body = await off_loop(len(self.sent), self._follow_up)
         return await self.upstream.send("POST", self.url, self.headers, body)
+
+    def _follow_up(self) -> bytes:
+        return self.wire.follow_up(json.loads(self.sent), self.rounds,
+                                   last=len(self.rounds) >= self.max_rounds)
 
     def usage(self) -> Usage:
         """Usage over every reply: counts summed, the last reply's finish and text."""
