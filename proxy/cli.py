@@ -42,9 +42,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # SIGTERM/SIGINT: stop accepting, let requests in flight finish (at most as long as an
     # upstream may take), then the app's shutdown drains the finishing tasks and flushes the
     # ledger. A second Ctrl-C (SIGINT) exits at once.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False, timeout_graceful_shutdown=int(settings.upstream_timeout) + 1)
+    uvicorn.run(app, **server_options(settings))
     return 0
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for ``serve``: at most ``max_connections`` connections at once
+    (503 beyond), graceful shutdown as long as an upstream may take."""
+    return {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
+            "access_log": False, "timeout_graceful_shutdown": int(settings.upstream_timeout) + 1,
+            "limit_concurrency": settings.max_connections}
 
 
 def cmd_report(args: argparse.Namespace) -> int:

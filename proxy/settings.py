@@ -52,6 +52,14 @@ class Settings:
                                    metadata={"help": "seconds to wait for a connection"})
     max_body_bytes: int = field(default=32 * 1024 * 1024,
                                 metadata={"help": "largest request body accepted (413 above)"})
+    rules_max_body_bytes: int = field(default=8 * 1024 * 1024, metadata={
+        "help": "larger request bodies go out as sent: the rules never start on them"})
+    max_inflight_body_bytes: int = field(default=256 * 1024 * 1024, metadata={
+        "help": "request body bytes being read or prepared at once, over all requests (503 beyond)"})
+    body_read_timeout: float = field(default=60.0, metadata={
+        "help": "seconds to receive a request body (408 beyond)"})
+    max_connections: int = field(default=1000, metadata={
+        "help": "connections served at once (uvicorn limit_concurrency; 503 beyond)"})
     ledger: str = field(default=".context-engine/ledger.db", metadata={
         "help": "one row per request: a SQLite file path, or postgresql://… shared by replicas"})
     ledger_retention_days: float = field(
@@ -62,6 +70,9 @@ class Settings:
         "help": "emit an OpenTelemetry span per request over OTLP (standard OTEL_* variables)"})
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
+    store_ttl_days: float = field(default=30.0, metadata={
+        "help": "redis:// store: a key expires this many days after it was last written or "
+                "read (0 = never)"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
@@ -253,6 +264,8 @@ def _check(s: Settings) -> None:
         ledger_kind(s.ledger)
     except ValueError as exc:
         raise ConfigError(f"ledger: {exc}") from None
+    if s.store_ttl_days < 0:
+        raise ConfigError(f"store_ttl_days: {s.store_ttl_days} must be 0 (never expire) or more")
     if s.ledger_retention_days < 0:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:
@@ -261,6 +274,10 @@ def _check(s: Settings) -> None:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     if s.session_kind not in KINDS:
         raise ConfigError(f"session_kind: {s.session_kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
+    for key in ("rules_max_body_bytes", "max_inflight_body_bytes", "body_read_timeout",
+                "max_connections"):
+        if getattr(s, key) <= 0:
+            raise ConfigError(f"{key}: {getattr(s, key)} must be positive")
     levels = ("debug", "info", "warning", "error")
     if s.log_level not in levels:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")

@@ -81,7 +81,8 @@ class _Plan:
     """The messages being cut down, with a running token total and a drop log."""
 
     def __init__(self, messages: list[Any], counter: TokenCounter, total: int,
-                 agent: bool = False) -> None:
+                 caller: str = "", agent: bool = False) -> None:
+        self.caller = caller  # whose store scope keeps the stubbed originals
         self.slots: list[Any] = list(messages)  # None = dropped
         self.counter = counter
         self.total = total
@@ -161,7 +162,7 @@ class Budget:
         before = counter.request(ctx.messages, ctx.tools)
         if before <= budget:
             return ctx.with_note(self.name, {"budget": budget, "tokens": before, "fits": True})
-        plan = _Plan(ctx.messages, counter, before, ctx.kind == AGENT)
+        plan = _Plan(ctx.messages, counter, before, ctx.caller, ctx.kind == AGENT)
         for step in self._steps():
             if plan.total <= budget:
                 break
@@ -198,7 +199,7 @@ class Budget:
         content = m.get("content")
         if not isinstance(content, str) or _is_stub(content):
             return
-        ref = keep_original(self.store, content, cited_id(content))
+        ref = keep_original(self.store, content, cited_id(content), scope=plan.caller)
         tokens = plan.counter.text(content)
         stub = f"{DROPPED} tool output ({tokens:,} tokens) stored as {ref}"
         plan.put(i, {**m, "content": stub}, "tool_output")

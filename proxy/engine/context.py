@@ -77,6 +77,8 @@ class RequestContext:
     model: str = ""
     tools: list[dict[str, Any]] | None = None
     session_id: str = ""
+    # The caller's scope (``session.caller_hash``): stored originals are kept per caller.
+    caller: str = ""
     encoding: str = "o200k_base"
     max_tokens: int | None = None
     # The messages as the client sent them, for rules that must see turns an earlier rule

@@ -25,12 +25,19 @@ class RecallOptions:
                 "the last one goes without the tool"})
     max_chars: int = field(default=24000, metadata={
         "help": "longest recalled text returned to the model for one call (cut beyond)"})
+    max_calls: int = field(default=8, metadata={
+        "help": "recall calls of one reply that are answered (1-100); the rest answer "
+                "\"too many calls\""})
+    max_total_chars: int = field(default=96000, metadata={
+        "help": "recalled text one request's follow-ups may carry in all; later calls "
+                "answer that the budget is spent"})
     min_gap_chars: int = field(default=200, metadata={
         "help": "turns that left the request name themselves in a marker only when they "
                 "held at least this many characters"})
 
 
-_BOUNDS = {"max_rounds": (1, 10), "max_chars": (200, 1_000_000), "min_gap_chars": (0, 1_000_000)}
+_BOUNDS = {"max_rounds": (1, 10), "max_chars": (200, 1_000_000), "max_calls": (1, 100),
+           "max_total_chars": (200, 10_000_000), "min_gap_chars": (0, 1_000_000)}
 
 
 def parse_recall(value: Any, error: type[Exception]) -> RecallOptions:

@@ -50,7 +50,8 @@ def apply_recall(options: RecallOptions, store: Store, original: list[Any], resu
     fence: Callable[[str], str] | None = None
     if zones is not None and "zones" in result.ctx.notes and callable(getattr(zones, "fence", None)):
         fence = functools.partial(zones.fence, session_id)  # recalled text as a tool zone
-    scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars)
+    scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars,
+                        result.ctx.caller, options.max_total_chars)
     early = options.agents_from_start and result.ctx.kind == "agent"
     return RecallState(can_offer and _session_on(store, session_id, marked.lossy or early), scope)
 

@@ -154,7 +154,7 @@ class Compact:
             fired = None
         if fired is not None:
             for i in fired:  # the way back: context_recall finds it by its id
-                keep_original(store, text_of(original[i]))
+                keep_original(store, text_of(original[i]), scope=ctx.caller)
             current = self._cleared(list(ctx.messages), original, line.cleared)
         figures = self._figures(line, fired is not None, agent,
                                 Prices.of(ctx.model, self.config).assumed)

@@ -135,7 +135,8 @@ class Summarize:
         missing = [i for i, k in enumerate(keys) if found[k] is None]
         llm_used = 0
         if missing:
-            fresh, llm_used = await self._summarize(msgs, blocks, keys, missing, ctx.encoding)
+            fresh, llm_used = await self._summarize(msgs, blocks, keys, missing, ctx.encoding,
+                                                    ctx.caller)
             found.update(fresh)
         out: list[Any] = list(msgs[:start])
         raw_blocks = 0
@@ -187,8 +188,9 @@ class Summarize:
 
     async def _summarize(self, msgs: list[Any], blocks: list[tuple[int, int]],
                          keys: list[str], missing: list[int],
-                         encoding: str) -> tuple[dict[str, bytes], int]:
-        """Summaries of the blocks not in the store yet; the first one stored wins."""
+                         encoding: str, caller: str) -> tuple[dict[str, bytes], int]:
+        """Summaries of the blocks not in the store yet; the first one stored wins. The
+        blocks' tool results are kept for ``caller`` (a summary line cites them)."""
         llm: dict[int, Slots | None] = {}
         if self.summarizer is not None and self.config.summary_max_calls > 0:
             chosen = missing[-self.config.summary_max_calls:]
@@ -200,7 +202,7 @@ class Summarize:
         fresh: dict[str, bytes] = {}
         for i in missing:
             block = msgs[blocks[i][0]:blocks[i][1]]
-            self._keep_originals(block)
+            self._keep_originals(block, caller)
             value = self._summary_bytes(block, llm.get(i), counter)
             earlier = self.store.get(keys[i])  # a concurrent request may have stored one
             if earlier is None:
@@ -223,12 +225,12 @@ class Summarize:
         block_tokens = sum(counter.message(m) for m in block)
         return content.encode() if summary_tokens < block_tokens else RAW
 
-    def _keep_originals(self, block: list[Any]) -> None:
+    def _keep_originals(self, block: list[Any], caller: str) -> None:
         for m in block:
             content = m.get("content")
             if m.get("role") == "tool" and isinstance(content, str) and content:
                 if not cites_original(content):  # a marker's original is stored already
-                    keep_original(self.store, content)
+                    keep_original(self.store, content, scope=caller)
 
 
 def _at_least(counter: TokenCounter, msgs: list[Any], tokens: int) -> bool:

@@ -10,6 +10,7 @@ import yaml
 
 from context_engine.proxy.billing.pricing import context_window
 from context_engine.proxy.engine.messages import SUMMARY_HEADER
+from context_engine.proxy.engine.originals import stored_original
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.budget import Budget, BudgetConfig
 from tests.harness import assert_valid_rewrite, content, make_ctx, make_deps, run_rule
@@ -71,7 +72,7 @@ def test_dropped_tool_outputs_are_kept_in_the_store():
     out = run_rule(Budget, history(), deps=deps, max_input_tokens=COUNTER.messages(history()) - 1)
     stub = content(out.messages[3])
     oid = stub.rsplit("orig:", 1)[1]
-    assert deps.store.get("orig:" + oid) == history()[3]["content"].encode()
+    assert stored_original(deps.store, "orig:" + oid, scope="") == history()[3]["content"]
 
 
 def test_the_budget_comes_from_the_model_window_minus_max_tokens():

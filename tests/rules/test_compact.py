@@ -104,7 +104,7 @@ def test_an_epoch_keeps_the_task_the_recent_results_and_names_each_original() ->
     for i in cleared(sent):
         ref = REFERENCE.search(sent[i]["content"])
         assert ref is not None
-        assert stored_original(store, ref.group(0)) == msgs[i]["content"]
+        assert stored_original(store, ref.group(0), scope="") == msgs[i]["content"]
     assert_valid_rewrite(msgs, out)
 
 

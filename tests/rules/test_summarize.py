@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from context_engine.proxy.engine.messages import SUMMARY_HEADER, units
+from context_engine.proxy.engine.originals import stored_original
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from context_engine.rules.summarize.slots import Slots
@@ -119,7 +120,7 @@ def test_tool_originals_are_stored_and_named_in_tool_results():
                    and "[orig:" in content(m))
     oid = summary.split("[orig:")[1][:12]
     assert "get_reservation(id=ZFA04Y) → reservation_id=ZFA04Y, status=confirmed" in summary
-    assert deps.store.get("orig:" + oid) == big.encode()
+    assert stored_original(deps.store, "orig:" + oid, scope="") == big
 
 
 def test_a_client_message_that_looks_like_a_summary_is_left_alone():
