@@ -44,8 +44,9 @@ class _Cfg:
 
 
 class FoldEveryThird:
-    """Replaces all but the last 4 messages after the system prompt by one summary that
-    changes every third turn (a block boundary): the sent prefix breaks there."""
+    """Replaces all but the last few messages after the system prompt and the task (pinned)
+    by one summary that changes every third turn (a block boundary): the sent prefix
+    breaks there."""
 
     name = "fold_every_third"
     Config = NoConfig
@@ -55,11 +56,11 @@ class FoldEveryThird:
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         m = ctx.messages
-        cut = (max(0, len(m) - 5) // 6) * 6
+        cut = (max(0, len(m) - 7) // 6) * 6
         if cut == 0:
             return ctx
         summary = {"role": "assistant", "content": f"[summary of {cut} messages]"}
-        return ctx.replace(messages=[m[0], summary] + list(m[1 + cut:]))
+        return ctx.replace(messages=[m[0], m[1], summary] + list(m[3 + cut:]))
 
 
 class Noop:
@@ -99,7 +100,7 @@ def test_rewrite_is_priced_against_what_the_original_would_have_cached(start_pro
     breaks = [r for r in rows if r["prefix_break_index"] is not None]
     assert breaks, "the summary changes every third turn"
     assert {r["prefix_break_rule"] for r in breaks} == {"fold_every_third"}
-    assert all(r["prefix_break_index"] == 1 for r in breaks)  # the summary follows the system
+    assert all(r["prefix_break_index"] == 2 for r in breaks)  # the summary follows the task
     for r in breaks:  # the original kept its prefix: the estimate reads what the rewrite missed
         assert r["est_cached_original"] > r["cached_tokens"]
     total = overall(rows)

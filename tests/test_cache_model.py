@@ -88,7 +88,7 @@ def test_harness_simulators_agree_with_the_models_on_an_append_only_session():
 class _Same:
     """A system that sends every request unchanged (the passthrough arm)."""
 
-    def open(self, session_id):
+    def open(self, session_id: str, model: str | None = None):
         return self
 
     async def rewrite(self, messages, tools):

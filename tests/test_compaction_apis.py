@@ -16,7 +16,7 @@ from tests.recall_upstream_apis import RecallApisUpstream
 from tests.test_recall import recall_proxies
 
 TASK = "Fix the bug in parser.py: parse('a,b') drops the second field."
-STEPS = 8
+STEPS = 24
 COMPACT = {"trigger_tokens": 300, "clear_at_least": 50, "keep_recent": 1, "keep_prose": 1,
            "min_item_tokens": 10, "min_horizon": 100, "gist_chars": 0}
 

@@ -11,7 +11,7 @@
 - every image, audio and file part is kept, or a text reference names it;
 - no rewrite puts two user messages next to each other where the client did not;
 - pinned messages (``proxy/engine/sessions.py``) are kept: the first user message (the
-  task) byte-identical, with no client turn newly before it, and in an agent session every instruction (a user
+  task) byte-identical, with no later client message moved before it, and in an agent session every instruction (a user
   message that is not a harness's observation) byte-identical and in order.
 - opaque items (reasoning, thinking, compaction…) stay intact: ``context_engine.proxy.adapters.opaque``.
 """
@@ -21,12 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_engine.proxy.adapters.opaque import opaque_problems
-from context_engine.proxy.engine.messages import (
-    is_injected,
-    is_injected_ack,
-    media_refs,
-    text_of,
-)
+from context_engine.proxy.engine.messages import media_refs, text_of
 from context_engine.proxy.engine.sessions import first_user_index, pinned
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -127,27 +122,21 @@ def _user_pairs(messages: list[Any]) -> int:
     return sum(1 for a, b in zip(roles, roles[1:]) if a == b == "user")
 
 
-def _client_turns(messages: list[Any], end: int) -> int:
-    """Client turns before ``end``: not system or developer messages, nor what a rule
-    injected (a memory zone or summary, and the reply that keeps it apart)."""
-    return sum(1 for i, m in enumerate(messages[:end]) if isinstance(m, dict)
-               and m.get("role") not in ("system", "developer")
-               and not is_injected(m) and not is_injected_ack(messages, i))
-
-
 def _pinned_problems(original: list[Any], rewritten: list[Any], agent: bool) -> list[str]:
     first = first_user_index(original)
     if first < 0:
         return []
-    at = first_user_index(rewritten)
-    if at < 0 or rewritten[at] != original[first] or _client_turns(original, first) < \
-            _client_turns(rewritten, at):
+    task, later = original[first], original[first + 1:]
+    at = next((i for i, m in enumerate(rewritten) if m is task), -1)
+    if at < 0:
+        at = next((i for i, m in enumerate(rewritten) if m == task), -1)
+    if at < 0 or any(m in later and m not in original[:first] for m in rewritten[:at]):
         return ["the task (the first user message) was changed or moved"]
     if not agent:
         return []
     wanted = [original[i] for i in pinned(original, True)
               if i > first and original[i].get("role") == "user"]
-    it = iter(m for m in rewritten[first + 1:] if isinstance(m, dict) and m.get("role") == "user")
+    it = iter(m for m in rewritten[at + 1:] if isinstance(m, dict) and m.get("role") == "user")
     if not all(any(m == w for m in it) for w in wanted):  # each in order (a subsequence)
         return ["an agent's instruction (a user message) was changed or dropped"]
     return []

@@ -16,10 +16,6 @@ class RecallOptions:
     enabled: bool = field(default=True, metadata={
         "help": "offer context_recall (all three APIs, when the client sent tools) once a "
                 "session's rewrite is lossy, and answer its calls inside the proxy"})
-    agents_from_start: bool = field(default=True, metadata={
-        "help": "offer the tool to an agent session from its first request, so the tools "
-                "prefix never changes mid-session (the first compaction epoch would otherwise "
-                "re-bill the whole cached prefix)"})
     max_rounds: int = field(default=3, metadata={
         "help": "extra upstream calls one request may make to answer recall calls (1-10); "
                 "the last one goes without the tool"})
@@ -50,7 +46,7 @@ def parse_recall(value: Any, error: type[Exception]) -> RecallOptions:
     for key, v in value.items():
         if key not in valid:
             raise error(f"recall.{key}: unknown option; valid options: {', '.join(valid)}")
-        if key in ("enabled", "agents_from_start"):
+        if key == "enabled":
             if not isinstance(v, bool):
                 raise error(f"recall.{key}: expected true or false, got {v!r}")
         else:

@@ -175,11 +175,12 @@ class Compact:
         ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
         after = self._cleared(list(ctx.messages), original, ids)
         cleared = counter.messages(current) - counter.messages(after)
-        # recall offers an agent session its tool from the first request (recall.
-        # agents_from_start): an epoch changes no tool, the miss starts at the first cleared
+        # the first epoch also adds context_recall to the tools (before every message): the
+        # whole request is new; on Anthropic all after the system prompt's breakpoint is
         prices = Prices.of(ctx.model, self.config)
-        first = system_prefix_len(after) if prices.breakpoints else min(
-            (j for j, (a, b) in enumerate(zip(current, after)) if a is not b), default=len(after))
+        first = 0 if not line.epochs else system_prefix_len(after) if prices.breakpoints \
+            else min((j for j, (a, b) in enumerate(zip(current, after)) if a is not b),
+                     default=len(after))
         after_first = counter.messages(after[first:])
         requests = sum(1 for m in original if isinstance(m, dict) and m.get("role") == "assistant") + 1
         growth = self._clearable(original, ctx.kind == AGENT, counter) / requests
