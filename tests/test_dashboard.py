@@ -66,12 +66,18 @@ def seed_rows(now: float) -> list[LedgerRow]:
     rows = [
         row(30 * HOUR, session="s1", model="gpt-4o", tokens_original=12_000, tokens_sent=7_000,
             prompt_tokens=7_000, cached_tokens=2_000, proxy_ms=4.2, utilization=0.42, oscillation=0.0,
+            context={"kind": "agent", "compaction": {
+                "kind": "agent", "epoch": 1, "fired": True, "cleared": 4, "cleared_tokens": 5_000,
+                "miss_tokens": 6_300.0, "save_per_request": 500.0, "reason": "pays", "assumed": False}},
             journal=journal(("fold_duplicates", 12_000, 9_000), ("tool_json", 9_000, 7_000))),
         row(29 * HOUR, session="s1", model="gpt-4o", tokens_original=15_000, tokens_sent=9_500,
             prompt_tokens=9_500, cached_tokens=6_000, proxy_ms=6.8, completion_tokens=300,
             utilization=0.58, oscillation=0.25, est_cached_original=11_000, cache_write_tokens=500,
             prefix_kept_tokens=6_500, prefix_break_index=4, prefix_break_rule="fold_duplicates",
             provider_missed_tokens=1_500,
+            context={"kind": "agent", "compaction": {
+                "kind": "agent", "epoch": 1, "fired": False, "cleared": 4, "cleared_tokens": 0,
+                "miss_tokens": 0.0, "save_per_request": 500.0, "reason": "", "assumed": False}},
             journal=journal(("fold_duplicates", 15_000, 11_000), ("tool_json", 11_000, 9_500))),
         row(20 * HOUR, session="s2", model="gpt-4o-mini", tokens_original=8_000, tokens_sent=6_000,
             prompt_tokens=6_000, cached_tokens=0, proxy_ms=2.1,
@@ -232,6 +238,13 @@ def test_dashboard_shows_the_ledger_numbers(browser: Any, dashboard_server: tupl
         for col in ("saved", "fired", "runs", "failures", "would_save"):
             cell = tr.find_element(By.CSS_SELECTOR, f'td[data-col="{col}"]').text
             assert number(cell) == r[col], (name, col, cell)
+
+    # Compaction epochs: session s1's one epoch, its miss and what it saved since.
+    (epoch,) = stats["compaction"]["sessions"]
+    assert (epoch["session"], epoch["epochs"], epoch["saved_tokens"]) == ("s1", 1, 500.0)
+    tr = browser.find_element(By.CSS_SELECTOR, '#epochs tr[data-session="s1"]')
+    assert tr.find_element(By.CSS_SELECTOR, 'td[data-col="epochs"]').text == "1"
+    assert "agent 2" in read(browser, "kinds")
 
     # Cost before and after, per model.
     for m in stats["by_model"]:

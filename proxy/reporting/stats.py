@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from context_engine.proxy.recording.ledger import Ledger, read_rows
-from context_engine.proxy.reporting import ab_compare
+from context_engine.proxy.reporting import ab_compare, epochs
 from context_engine.proxy.reporting.aggregate import (
     by_rule,
     cache_breaks,
@@ -41,6 +41,8 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
                       "rows": [t.as_dict() for t in totals_by(rows, "hour" if span <= 3 * 86400 else "day")]},
         "ab": ab_compare.compare(rows) if any(r.get("mode") == "ab" for r in rows) else None,
         "slowest": slowest(rows),
+        "compaction": {"kinds": epochs.kinds(rows),
+                       "sessions": [s.as_dict() for s in epochs.by_session(rows)[:20]]},
         "context": {
             "utilization_mean": _mean([r["utilization"] for r in rows if r.get("utilization") is not None]),
             "oscillation_mean": _mean([r["oscillation"] for r in rows if r.get("oscillation") is not None]),
