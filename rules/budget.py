@@ -14,11 +14,13 @@ What it does
        then whole summaries go;
     4. the oldest turns (whole units).
 
-    System and developer messages (anywhere), tool definitions, the last user turn, the
-    final unit and turns holding images, audio or files are never dropped, nor is half
-    of a tool-call/tool-result pair, nor a unit whose removal would put two user
-    messages side by side. If the request still
-    cannot fit, it goes out anyway and the upstream's own error reaches the client.
+    System and developer messages (anywhere), tool definitions, the task and (in an
+    agent session) every instruction (pinned), the last user turn, the final unit and
+    turns holding images, audio or files are never dropped, nor is half of a
+    tool-call/tool-result pair, nor a unit whose removal would put two user messages side
+    by side. If the request still cannot fit (a task larger than the budget, say), it
+    goes out as the client sent it: a cut that fails anyway would only lose facts, and
+    the upstream's own error reaches the client.
 
 Why
     A request over the context window fails outright. Dropping what matters least, by a
@@ -168,10 +170,12 @@ class Budget:
                 break
             step(plan, budget)
         out = [m for m in plan.slots if m is not None]
-        note = {"budget": budget, "tokens": before, "after": plan.total,
-                "fits": plan.total <= budget, "dropped_count": len(plan.dropped),
-                "dropped": plan.dropped}
-        if not plan.dropped:
+        fits = plan.total <= budget
+        note = {"budget": budget, "tokens": before, "after": plan.total if fits else before,
+                "fits": fits, "dropped_count": len(plan.dropped) if fits else 0,
+                "dropped": plan.dropped if fits else [],
+                **({} if fits else {"could_reach": plan.total})}
+        if not plan.dropped or not fits:
             return ctx.with_note(self.name, note)
         return ctx.replace(messages=out).with_note(self.name, note)
 

@@ -53,18 +53,26 @@ def test_drop_order_follows_the_priority_list():
         kinds, after = drops_at(budget)
         assert kinds == want
         budget = after - 1
-    out = run_rule(Budget, history(), max_input_tokens=1)
+    floor = run_rule(Budget, history(), max_input_tokens=1).notes["budget"]["could_reach"]
+    out = run_rule(Budget, history(), max_input_tokens=floor)
     # all else went: the system prompt, the task, the reply keeping the two user turns apart
     assert out.messages == [history()[0], history()[1], history()[-2], history()[-1]]
 
 
-def test_what_cannot_fit_is_forwarded_and_recorded():
+def test_what_cannot_fit_is_forwarded_as_sent_and_recorded():
     msgs = history()
     out = run_rule(Budget, msgs, max_input_tokens=1)
     note = out.notes["budget"]
-    assert note["fits"] is False and note["after"] > 1 and note["dropped_count"] > 0
-    assert out.messages[0] == msgs[0] and out.messages[-1] == msgs[-1]
-    assert_valid_rewrite(msgs, out)
+    assert note["fits"] is False and note["dropped_count"] == 0 and 1 < note["could_reach"]
+    assert out.messages == msgs  # the upstream's own error reaches the client
+
+
+def test_a_task_larger_than_the_budget_goes_out_whole():
+    task = {"role": "user", "content": "Refactor the parser. " * 400}
+    msgs = [{"role": "system", "content": "You are an agent."}, task,
+            {"role": "assistant", "content": "Old reply. " * 50}, {"role": "user", "content": "Go."}]
+    out = run_rule(Budget, msgs, max_input_tokens=500)
+    assert out.messages == msgs and out.notes["budget"]["fits"] is False
 
 
 def test_dropped_tool_outputs_are_kept_in_the_store():
