@@ -77,8 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--api responses|anthropic: add a reasoning/thinking item to every "
                              "assistant turn and count requests that kept them byte for byte")
     parser.add_argument("--recall", action="store_true",
-                        help="single mode: the engine offers context_recall and a scripted careful "
-                             "model recalls missing evidence a marker names (bench/recall_model.py)")
+                        help="the engine offers context_recall and a scripted careful model recalls "
+                             "missing evidence a marker names (bench/recall_model.py); replay: at "
+                             "each cut point of a session")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from context_engine.bench import billing
@@ -71,6 +72,8 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
             for probe in cuts[i + 1]:
                 tally.add_probe(f"{case.id}@{i + 1}", probe.evidence,
                                 probe_retained(probe.evidence, text), probe.kind)
+            if getattr(system, "recall", False):  # --recall: reachable by a marker's id
+                tally.recall.add(replace(case, messages=request, probes=cuts[i + 1]), out, counter)
         tools = out.tools_sent(case.tools)
         total = counter.request(out.messages, tools)
         tally.add(case.id, len(request), {counter.encoding: counter.request(request, case.tools)},
