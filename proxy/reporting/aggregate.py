@@ -65,7 +65,12 @@ def row_bill(row: dict[str, Any]) -> RowBill | None:
     if row.get("arm") in ("shadow", "passthrough", "bypass") or row.get("failed_open"):
         estimate = None if est_read is None else _input_cost(price, prompt, est_read, est_write) + out
         return RowBill(actual, actual, "billed", estimate)
-    saved = round(((row.get("tokens_original") or 0) - sent) * scale)
+    # what the rules removed is message text: where the proxy counts with the model's own
+    # encoding it counted it exactly; the request's ratio (scale) also carries the
+    # provider's framing of what stayed (tool calls, roles), which compaction leaves
+    # nearly alone while it removes text, so it would overstate the original
+    saved = round(((row.get("tokens_original") or 0) - sent)
+                  * (scale if row.get("encoding_fallback") else 1.0))
     if est_read is None:
         cached = min(cached, prompt)
         return RowBill((prompt + saved - cached) * price.input + cached * price.cached_input + out,
