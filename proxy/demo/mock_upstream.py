@@ -30,7 +30,8 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as StarletteJSON
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from context_engine.proxy.adapters.anthropic import parse as parse_anthropic
@@ -39,6 +40,16 @@ from context_engine.proxy.demo import mock_apis
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
 from context_engine.proxy.engine.prefix import strip_marks
 from context_engine.proxy.engine.tokens import TokenCounter
+
+
+class JSONResponse(StarletteJSON):
+    """Starlette's JSON reply, but a lone surrogate the mock echoes (a ``model`` of
+    ``"\\ud800"``) goes out as its JSON escape instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None,
+                          separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 @dataclass

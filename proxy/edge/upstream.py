@@ -1,4 +1,6 @@
-"""Raw forwarding to the upstream with httpx: bytes in, bytes out, never a retry.
+"""Raw forwarding to the upstream with httpx: bytes in, bytes out. A request goes out
+a second time only when a pooled keep-alive connection the upstream closed could not have
+carried it (``proxy.edge.reconnect`` says exactly when); otherwise never a retry.
 
 Request headers pass through except hop-by-hop ones, Host and Content-Length (httpx
 sets those for the new connection); httpx's own default headers are not added.
@@ -20,6 +22,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from context_engine.proxy.edge.errors import BadRequest, UpstreamTimeout, UpstreamUnreachable
+from context_engine.proxy.edge.reconnect import Attempt, send_again
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
@@ -108,11 +111,22 @@ class Upstream:
             if name not in sent and name in request.headers:
                 del request.headers[name]
         try:
-            return await self.client.send(request, stream=True)
+            return await self._send(request, method, body)
         except httpx.TimeoutException:
             raise UpstreamTimeout("The upstream did not answer in time.") from None
         except httpx.TransportError as exc:
             raise UpstreamUnreachable(f"Cannot reach the upstream: {type(exc).__name__}.") from None
+
+    async def _send(self, request: httpx.Request, method: str, body: bytes | Any) -> httpx.Response:
+        attempt = Attempt()
+        request.extensions = {**request.extensions, "trace": attempt}
+        try:
+            return await self.client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            if not send_again(attempt, exc, method, body):
+                raise
+        request.extensions = {k: v for k, v in request.extensions.items() if k != "trace"}
+        return await self.client.send(request, stream=True)
 
     async def aclose(self) -> None:
         await self.client.aclose()
