@@ -35,14 +35,16 @@ class Usage:
     cache_write_tokens: int | None = None
     notes: list[str] = field(default_factory=list)  # malformed usage, kept for the ledger
     iterated: bool = False  # Anthropic: counts summed over usage.iterations; they stand
+    text_chars: int = field(default=0, repr=False, compare=False)  # in text_parts
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
     def _text(self, s: Any) -> None:
-        if isinstance(s, str) and sum(map(len, self.text_parts)) < MAX_TEXT:
+        if isinstance(s, str) and self.text_chars < MAX_TEXT:
             self.text_parts.append(s)
+            self.text_chars += len(s)
 
     def take(self, obj: Any) -> None:
         if not isinstance(obj, dict):
@@ -201,7 +203,7 @@ class UsageTap:
         self.stream = stream
         self._dec = _decompressor(content_encoding) if content_encoding else None
         self._readable = not content_encoding or self._dec is not None
-        self._buf = b""
+        self._line_parts: list[bytes] = []  # the line being read, before its newline
         self._body: list[bytes] = []
         # the stream's own end was relayed ([DONE], response.completed/incomplete/failed,
         # message_stop): a client that leaves after it had the whole answer
@@ -218,10 +220,14 @@ class UsageTap:
         if not self.stream:
             self._body.append(data)
             return
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
+        if b"\n" not in data:  # a long line in pieces: joined once, at its end
+            self._line_parts.append(data)
+            return
+        first, *lines, rest = data.split(b"\n")
+        self._line(b"".join(self._line_parts) + first)
         for line in lines:
             self._line(line)
+        self._line_parts = [rest] if rest else []
 
     def _line(self, line: bytes) -> None:
         line = line.rstrip(b"\r")
@@ -244,9 +250,9 @@ class UsageTap:
         if not self._readable:
             return self.usage
         if self.stream:
-            if self._buf:
-                self._line(self._buf)
-                self._buf = b""
+            if self._line_parts:
+                self._line(b"".join(self._line_parts))
+                self._line_parts = []
         else:
             try:
                 self.usage.take(json.loads(b"".join(self._body)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,20 +31,30 @@ END_EVENTS = frozenset({"response.completed", "response.incomplete", "response.f
                         "message_stop"})
 
 
+EVENT_END = re.compile(rb"\n\n|\r\n\r\n")
+
+
 async def sse_events(r: httpx.Response) -> AsyncIterator[bytes]:
-    """The body's SSE events, each with its blank-line terminator, whatever the chunking."""
-    buf = b""
+    """The body's SSE events, each with its blank-line terminator, whatever the chunking.
+    Linear in the body: an event's chunks are joined once, when its end arrives, and each
+    byte is searched once for an end."""
+    pending: list[bytes] = []  # the chunks of an event whose end has not arrived
+    tail = b""  # the last bytes of ``pending``: an end may begin there
     async for chunk in r.aiter_raw():
-        buf += chunk
-        while True:
-            ends = [(i, len(sep)) for sep in (b"\n\n", b"\r\n\r\n") if (i := buf.find(sep)) >= 0]
-            if not ends:
-                break
-            i, n = min(ends)
-            yield buf[:i + n]
-            buf = buf[i + n:]
-    if buf:
-        yield buf
+        if not EVENT_END.search(tail + chunk):
+            if chunk:
+                pending.append(chunk)
+                tail = (tail + chunk)[-3:]
+            continue
+        buf = b"".join(pending) + chunk
+        start, pos = 0, max(0, len(buf) - len(chunk) - len(tail))
+        while (end := EVENT_END.search(buf, pos)) is not None:
+            yield buf[start:end.end()]
+            start = pos = end.end()
+        rest = buf[start:]
+        pending, tail = ([rest] if rest else []), rest[-3:]
+    if pending:
+        yield b"".join(pending)
 
 
 def event_json(event: bytes) -> dict[str, Any] | None:

@@ -66,10 +66,13 @@ def _turn(message: dict[str, Any]) -> Turn:
 
 @dataclass
 class Reply:
-    """One streamed reply: its text, its tool calls (by index) and usage."""
+    """One streamed reply: its text, its tool calls (by index) and usage. Names and
+    arguments arrive in pieces; they are kept as lists and joined once, in ``turn``."""
 
     content: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    names: dict[int, list[str]] = field(default_factory=dict)
+    arguments: dict[int, list[str]] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
 
     def take(self, obj: dict[str, Any]) -> bool:
@@ -87,19 +90,25 @@ class Reply:
         for c in calls if isinstance(calls, list) else []:
             if not isinstance(c, dict):
                 continue
-            index = c.get("index")
-            at = self.calls.setdefault(index if isinstance(index, int) else 0, {
-                "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+            raw = c.get("index")
+            index = raw if isinstance(raw, int) else 0
+            at = self.calls.setdefault(index, {"id": "", "type": "function"})
             at["id"] = str(c.get("id") or at["id"])
             fn = c.get("function")
             fn = fn if isinstance(fn, dict) else {}
-            at["function"]["name"] += str(fn.get("name") or "")
-            at["function"]["arguments"] += str(fn.get("arguments") or "")
+            self.names.setdefault(index, []).append(str(fn.get("name") or ""))
+            self.arguments.setdefault(index, []).append(str(fn.get("arguments") or ""))
         return bool(calls)
 
+    def name(self, index: int) -> str:
+        return "".join(self.names.get(index, ()))
+
     def turn(self) -> Turn:
+        calls = [{**self.calls[i], "function": {"name": self.name(i),
+                                                 "arguments": "".join(self.arguments.get(i, ()))}}
+                 for i in sorted(self.calls)]
         return _turn({"role": "assistant", "content": "".join(self.content) or None,
-                      "tool_calls": [self.calls[i] for i in sorted(self.calls)]})
+                      "tool_calls": calls})
 
 
 class ChatContinuity:

@@ -49,7 +49,9 @@ class Reader:
 
     def __init__(self) -> None:
         self.blocks: dict[int, dict[str, Any]] = {}
-        self.json: dict[int, str] = {}
+        # deltas by block and field ("input" JSON, "text", "thinking", "citations"),
+        # joined once in ``turn``
+        self.parts: dict[tuple[int, str], list[Any]] = {}
         self.usage: dict[str, Any] | None = None
 
     def take(self, obj: dict[str, Any]) -> bool:
@@ -62,6 +64,8 @@ class Reader:
         elif kind == "content_block_start" and isinstance(index, int) and \
                 isinstance(obj.get("content_block"), dict):
             block = self.blocks[index] = dict(obj["content_block"])
+            for key in [k for k in self.parts if k[0] == index]:
+                del self.parts[key]  # a block started again at this index
             return block.get("type") == "tool_use"
         elif kind == "content_block_delta" and index in self.blocks and isinstance(obj.get("delta"), dict):
             self._delta(index, self.blocks[index], obj["delta"])
@@ -70,22 +74,40 @@ class Reader:
     def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
         kind = delta.get("type")
         if kind == "input_json_delta":
-            self.json[index] = self.json.get(index, "") + str(delta.get("partial_json") or "")
-        elif kind == "text_delta":
-            block["text"] = str(block.get("text") or "") + str(delta.get("text") or "")
-        elif kind == "thinking_delta":
-            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
+            self._part(index, "input", str(delta.get("partial_json") or ""))
+        elif kind in ("text_delta", "thinking_delta"):
+            key = kind.removesuffix("_delta")
+            self._part(index, key, str(delta.get(key) or ""))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature")
         elif kind == "citations_delta":
-            block["citations"] = list(block.get("citations") or []) + [delta.get("citation")]
+            self._part(index, "citations", delta.get("citation"))
+
+    def _part(self, index: int, key: str, value: Any) -> None:
+        """Append one delta's piece to what the block started with."""
+        parts = self.parts.get((index, key))
+        if parts is None:
+            start = self.blocks[index].get(key)
+            if key == "citations":
+                parts = list(start) if isinstance(start, list) else []
+            else:
+                parts = [] if key == "input" else [str(start or "")]
+            self.parts[(index, key)] = parts
+        parts.append(value)
 
     def turn(self) -> Turn:
-        for index, text in self.json.items():
-            try:
-                self.blocks[index]["input"] = json.loads(text) if text.strip() else {}
-            except ValueError:
-                self.blocks[index]["input"] = {}
+        for (index, key), parts in self.parts.items():
+            block = self.blocks[index]
+            if key == "citations":
+                block[key] = list(parts)
+            elif key != "input":
+                block[key] = "".join(parts)
+            else:
+                text = "".join(parts)
+                try:
+                    block["input"] = json.loads(text) if text.strip() else {}
+                except ValueError:
+                    block["input"] = {}
         return _turn([self.blocks[i] for i in sorted(self.blocks)])
 
 
