@@ -8,7 +8,8 @@ simulates provider prompt caching: ``cached_tokens`` is the longest prefix, in w
 markers left out: providers key the cache on content).
 
 Models named ``mock-429``, ``mock-500`` and ``mock-slow-<seconds>`` answer with that
-error, or after that delay, so tests can drive the proxy's error paths.
+error, or after that delay, and the key ``sk-invalid`` gets a 401, so tests can drive
+the proxy's error paths.
 
 ``/v1/responses`` and ``/v1/messages`` answer as OpenAI's Responses API and Anthropic's
 Messages do (``context_engine.proxy.demo.mock_apis``). A ``script`` (steps ``{"shell": cmd}`` or
@@ -168,6 +169,10 @@ def build_mock_app(state: MockState) -> Starlette:
 
     async def chat(request: Request) -> Response:
         raw = await record(request)
+        if request.headers.get("authorization") == "Bearer sk-invalid":
+            return JSONResponse({"error": {"message": "Incorrect API key provided.",
+                                           "type": "invalid_request_error", "param": None,
+                                           "code": "invalid_api_key"}}, status_code=401)
         body = json.loads(raw)
         model = str(body.get("model", ""))
         if model == "mock-429":

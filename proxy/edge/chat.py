@@ -19,6 +19,7 @@ from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
 from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError
 from context_engine.proxy.edge.relay import relay
+from context_engine.proxy.edge.sanitize import model_name
 from context_engine.proxy.edge.upstream import Upstream, request_headers, response_headers
 from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
@@ -78,7 +79,7 @@ class ChatCompletions:
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
-            row, rewrite, out = LedgerRow(session="-", model=_text(body.data.get("model")),
+            row, rewrite, out = LedgerRow(session="-", model=model_name(body.data.get("model")),
                                           mode=mode, arm="passthrough", path=request.url.path,
                                           failed_open=True, api=self.adapter.name), None, raw
         arm = row.arm
@@ -130,7 +131,7 @@ class ChatCompletions:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
-        row = LedgerRow(session=sid, model=_text(body.chat.get("model")), mode=mode, arm=arm,
+        row = LedgerRow(session=sid, model=model_name(body.chat.get("model")), mode=mode, arm=arm,
                         path=request.url.path, stream=body.stream, api=self.adapter.name,
                         traceparent=request.headers.get("traceparent", "")[:128])
         row.context.update(body.notes)
@@ -171,7 +172,3 @@ class ChatCompletions:
             self.engine.stats.invariant_failures += 1
             return None
 
-
-def _text(value: object) -> str:
-    """A string for the ledger: never a lone surrogate (SQLite cannot store one)."""
-    return str(value or "").encode("utf-8", "replace").decode("utf-8")

@@ -8,6 +8,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+MAX_MODEL_CHARS = 400  # a request's ``model`` as the proxy records, labels and traces it
+
+
+def model_name(value: object) -> str:
+    """A request's ``model`` for the ledger, metrics and traces: a string of at most
+    ``MAX_MODEL_CHARS``, lone surrogates replaced (SQLite cannot store one)."""
+    text = value if isinstance(value, str) else str(value or "")
+    return text[:MAX_MODEL_CHARS].encode("utf-8", "replace").decode("utf-8")
+
 
 def clean_text(s: str) -> str:
     """``s`` with lone surrogates escaped (``\\ud800``), so it can be stored as UTF-8."""
