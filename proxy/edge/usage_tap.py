@@ -70,13 +70,13 @@ class Usage:
             self.completion_tokens = _int(usage.get("output_tokens"))
             details = usage.get("input_tokens_details")
             self.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
-        if resp.get("status") not in (None, "in_progress", "queued"):
-            reason = (resp.get("incomplete_details") or {}).get("reason") if isinstance(
-                resp.get("incomplete_details"), dict) else None
-            self.finish_reason = str(reason or resp["status"])
+        status = resp.get("status")
+        if isinstance(status, str) and status not in ("in_progress", "queued"):
+            reason = _dict(resp.get("incomplete_details")).get("reason")
+            self.finish_reason = str(reason or status)
         if obj is resp:  # a whole response body: its text is in the output items
-            for item in resp.get("output") or ():
-                for part in (item.get("content") or ()) if isinstance(item, dict) else ():
+            for item in _list(resp.get("output")):
+                for part in _list(_dict(item).get("content")):
                     if isinstance(part, dict) and part.get("type") == "output_text":
                         self._text(part.get("text"))
 
@@ -104,12 +104,12 @@ class Usage:
             if write is not None:
                 self.cache_write_tokens = write
             if _int(usage.get("output_tokens")) is not None:
-                self.completion_tokens = usage["output_tokens"]
-        stop = (obj.get("delta") or {}).get("stop_reason") if kind == "message_delta" else msg.get("stop_reason")
+                self.completion_tokens = _int(usage["output_tokens"])
+        stop = _dict(obj.get("delta")).get("stop_reason") if kind == "message_delta" else msg.get("stop_reason")
         if isinstance(stop, str):
             self.finish_reason = stop
         if kind == "message":
-            for block in msg.get("content") or ():
+            for block in _list(msg.get("content")):
                 if isinstance(block, dict) and block.get("type") == "text":
                     self._text(block.get("text"))
 
@@ -119,11 +119,11 @@ class Usage:
             self._usage(usage)
         elif usage is not None:
             self._note(f"usage is a {type(usage).__name__}, not an object")
-        for choice in obj.get("choices") or ():
+        for choice in _list(obj.get("choices")):
             if not isinstance(choice, dict):
                 continue
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                self.finish_reason = choice["finish_reason"]
             part = choice.get("delta") or choice.get("message") or {}
             self._text(part.get("content") if isinstance(part, dict) else None)
 
@@ -182,6 +182,14 @@ def _sum_iterations(usage: dict[str, Any]) -> dict[str, Any]:
         if any(c is not None for c in counts):
             summed[key] = sum(c or 0 for c in counts)
     return summed
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def _int(v: Any) -> int | None:
