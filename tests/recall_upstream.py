@@ -11,6 +11,10 @@ The model name picks the behaviour (when the request offers ``context_recall``):
   the recall result, call ``lookup`` alone.
 - ``recall-loop``: call it whenever it is offered; else say how many results came back.
 - ``recall-fail``: like ``recall-id``, but the follow-up answers 500.
+- ``lookup-then-recall``: call the client's ``lookup``, then ``context_recall``, in one reply.
+- ``recall-huge``: call ``context_recall`` with a 5,000-character query.
+- ``lookup-gated``: call ``lookup``; streamed, the reply stops after the call's first
+  chunk until ``gate`` is set (10 s at most; ``gate_timed_out`` says if it ran out).
 
 Every request body and every response body is recorded. Usage: 100 + 10 per message
 input tokens, 5 output tokens, so sums over rounds are checkable.
@@ -18,13 +22,16 @@ input tokens, 5 output tokens, so sums over rounds are checkable.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from context_engine.proxy.demo.mock_upstream import ServerThread
@@ -68,6 +75,13 @@ def decide(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     if model == "recall-mixed":
         return None, [_call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]}),
                       _call("call_lookup1", "lookup", {"q": "y"})]
+    if model == "lookup-then-recall":
+        return None, [_call("call_lookup1", "lookup", {"q": "y"}),
+                      _call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]})]
+    if model == "recall-huge":
+        return None, [_call("call_r1", "context_recall", {"query": "sensor " * 800})]
+    if model == "lookup-gated":
+        return None, [_call("call_lookup1", "lookup", {"q": "y"})]
     return "plain reply", []
 
 
@@ -105,6 +119,20 @@ class RecallUpstream(ServerThread):
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.responses: list[bytes] = []
+        self.gate = threading.Event()
+        self.gate_timed_out = False
+
+        async def gated(raw: bytes) -> AsyncIterator[bytes]:
+            cut = raw.index(b'"tool_calls"')
+            cut = raw.index(b"\n\n", cut) + 2
+            yield raw[:cut]
+            for _ in range(1000):
+                if self.gate.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                self.gate_timed_out = True
+            yield raw[cut:]
 
         async def chat(request: Request) -> Response:
             body = json.loads(await request.body())
@@ -116,6 +144,8 @@ class RecallUpstream(ServerThread):
             if body.get("stream"):
                 raw = stream_bytes(body, text, calls)
                 self.responses.append(raw)
+                if body.get("model") == "lookup-gated":
+                    return StreamingResponse(gated(raw), media_type="text/event-stream")
                 return Response(raw, media_type="text/event-stream")
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:

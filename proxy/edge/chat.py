@@ -121,7 +121,8 @@ class ChatCompletions:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
                 return await answer(loop, r, started, extra, done)
             if not r.headers.get("content-encoding"):  # a compressed stream is relayed as it is
-                return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done)
+                return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
+                                    self.settings.recall.max_held_bytes)
         return await relay(r, started, extra, done, buffer=True,
                            anthropic=self.adapter.name == "anthropic")
 

@@ -10,7 +10,7 @@
   signatures included; the client's own ``tool_use`` blocks left out: they are asked
   again) and a user message with one ``tool_result`` per recall call. The messages the
   client sent come first, unchanged, so its cached prefix still reads from the cache.
-- Stream: held from the first ``tool_use`` block. The client sees one message: the
+- Stream: held from the first ``tool_use`` block named ``context_recall``. The client sees one message: the
   follow-up's ``message_start`` is left out, its blocks' ``index`` comes after the
   blocks the client already has, and its ``message_delta`` carries the usage summed
   over rounds (input, cache read and write, output).
@@ -25,6 +25,7 @@ from context_engine.proxy.recall.resolve import TOOL_NAME
 from context_engine.proxy.recall.wire import (
     DESCRIPTION,
     PARAMETERS,
+    Hold,
     Round,
     Turn,
     WireBase,
@@ -53,6 +54,7 @@ class Reader:
         # joined once in ``turn``
         self.parts: dict[tuple[int, str], list[Any]] = {}
         self.usage: dict[str, Any] | None = None
+        self.hold = Hold()
 
     def take(self, obj: dict[str, Any]) -> bool:
         kind, index = obj.get("type"), obj.get("index")
@@ -66,7 +68,7 @@ class Reader:
             block = self.blocks[index] = dict(obj["content_block"])
             for key in [k for k in self.parts if k[0] == index]:
                 del self.parts[key]  # a block started again at this index
-            return block.get("type") == "tool_use"
+            return block.get("type") == "tool_use" and self.hold.begins(index, str(block.get("name") or ""))
         elif kind == "content_block_delta" and index in self.blocks and isinstance(obj.get("delta"), dict):
             self._delta(index, self.blocks[index], obj["delta"])
         return False
@@ -94,6 +96,19 @@ class Reader:
                 parts = [] if key == "input" else [str(start or "")]
             self.parts[(index, key)] = parts
         parts.append(value)
+
+    def hide(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        if not self.hold.recall:
+            return obj
+        index = obj.get("index")
+        if isinstance(index, int):
+            at = self.hold.index(index)
+            return None if at is None else obj if at == index else {**obj, "index": at}
+        delta = obj.get("delta")
+        if obj.get("type") == "message_delta" and isinstance(delta, dict) and \
+                delta.get("stop_reason") == "tool_use" and not self.hold.client_calls:
+            return {**obj, "delta": {**delta, "stop_reason": "end_turn"}}
+        return obj
 
     def turn(self) -> Turn:
         for (index, key), parts in self.parts.items():
