@@ -16,16 +16,24 @@ The model name picks the behaviour (when the request offers ``context_recall``):
 - ``lookup-gated``: call ``lookup``; streamed, the reply stops after the call's first
   chunk until ``gate`` is set (10 s at most; ``gate_timed_out`` says if it ran out).
 
-Every request body and every response body is recorded. Usage: 100 + 10 per message
+A request header ``x-test-encoding`` (``gzip``, ``deflate``: raw deflate, or ``br``: raw
+deflate bytes labelled br, an encoding the proxy cannot read) compresses the reply that
+way whatever the request accepts; ``x-test-encoding-follow`` does so only for a
+follow-up (a request ending with a tool result).
+
+Every request body and every response body is recorded, and each request's
+``accept-encoding`` in ``accepted``. Usage: 100 + 10 per message
 input tokens, 5 output tokens, so sums over rounds are checkable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
 import threading
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -115,12 +123,20 @@ def stream_bytes(body: dict[str, Any], text: str | None, calls: list[dict[str, A
     return b"".join(out)
 
 
+def _compress(data: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return gzip.compress(data)
+    packer = zlib.compressobj(wbits=-15)  # raw deflate, no zlib header
+    return packer.compress(data) + packer.flush()
+
+
 class RecallUpstream(ServerThread):
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.responses: list[bytes] = []
         self.gate = threading.Event()
         self.gate_timed_out = False
+        self.accepted: list[str] = []
 
         async def gated(raw: bytes) -> AsyncIterator[bytes]:
             cut = raw.index(b'"tool_calls"')
@@ -137,6 +153,17 @@ class RecallUpstream(ServerThread):
         async def chat(request: Request) -> Response:
             body = json.loads(await request.body())
             self.requests.append(body)
+            self.accepted.append(request.headers.get("accept-encoding", ""))
+            follow = body["messages"][-1].get("role") == "tool"
+            encoding = request.headers.get("x-test-encoding-follow" if follow else "x-test-encoding")
+            response = await reply(request, body)
+            if encoding:
+                response.body = _compress(bytes(response.body), encoding)
+                response.headers["content-encoding"] = encoding
+                response.headers["content-length"] = str(len(response.body))
+            return response
+
+        async def reply(request: Request, body: dict[str, Any]) -> Response:
             if body.get("model") == "recall-fail" and body["messages"][-1].get("role") == "tool":
                 return Response(b'{"error": {"message": "boom", "type": "server_error"}}',
                                 status_code=500, media_type="application/json")

@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError
+from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError, UpstreamBroken
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.sanitize import model_name
 from context_engine.proxy.edge.upstream import Upstream, request_headers, response_headers
@@ -26,13 +26,19 @@ from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import session_id, session_key
 from context_engine.proxy.recall.loop import Recall, answer
-from context_engine.proxy.recall.stream import RecallStream
+from context_engine.proxy.recall.stream import RecallStream, readable
 from context_engine.proxy.recall.tool import tool_tokens
 from context_engine.proxy.recall.wires import WIRES
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 
 log = logging.getLogger("context_engine.chat")
+
+
+def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[bytes, bytes]]:
+    """``headers`` with ``accept-encoding`` set to ``encodings`` (the client's dropped)."""
+    return [(k, v) for k, v in headers if k.lower() != b"accept-encoding"] + [
+        (b"accept-encoding", encodings.encode())]
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -93,6 +99,8 @@ class ChatCompletions:
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
         headers = request_headers(request.headers.raw)
+        if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
+            headers = accepting(headers, "identity" if body.stream else "gzip")
         try:
             r = await self.upstream.send("POST", url, headers, out)
         except ProxyError as exc:
@@ -120,9 +128,14 @@ class ChatCompletions:
         if loop is not None:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
                 return await answer(loop, r, started, extra, done)
-            if not r.headers.get("content-encoding"):  # a compressed stream is relayed as it is
-                return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
-                                    self.settings.recall.max_held_bytes)
+            if not readable(r.headers.get("content-encoding", "")):  # it may call the tool
+                await r.aclose()
+                problem = UpstreamBroken("the upstream streamed in a content-encoding the proxy "
+                                         "cannot read to a request offering context_recall")
+                done(Usage(), (time.perf_counter() - started) * 1000, problem.message, problem.status)
+                return self._error(problem)
+            return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
+                                self.settings.recall.max_held_bytes)
         return await relay(r, started, extra, done, buffer=True,
                            anthropic=self.adapter.name == "anthropic")
 

@@ -40,13 +40,21 @@ END_EVENTS = frozenset({"response.completed", "response.incomplete", "response.f
 EVENT_END = re.compile(rb"\n\n|\r\n\r\n")
 
 
+READABLE = frozenset({"", "identity", "gzip", "deflate"})  # httpx decodes these
+
+
+def readable(encoding: str) -> bool:
+    """Whether httpx decodes a body of this ``content-encoding`` (``aiter_bytes``)."""
+    return all(e.strip().lower() in READABLE for e in encoding.split(","))
+
+
 async def sse_events(r: httpx.Response) -> AsyncIterator[bytes]:
     """The body's SSE events, each with its blank-line terminator, whatever the chunking.
     Linear in the body: an event's chunks are joined once, when its end arrives, and each
     byte is searched once for an end."""
     pending: list[bytes] = []  # the chunks of an event whose end has not arrived
     tail = b""  # the last bytes of ``pending``: an end may begin there
-    async for chunk in r.aiter_raw():
+    async for chunk in r.aiter_bytes():  # decoded (``readable`` encodings only)
         if not EVENT_END.search(tail + chunk):
             if chunk:
                 pending.append(chunk)
@@ -80,8 +88,10 @@ def event_json(event: bytes) -> dict[str, Any] | None:
 class RecallStream(StreamRelay):
     def __init__(self, loop: Recall, r: httpx.Response, headers: list[tuple[bytes, bytes]],
                  started: float, on_done: Done, max_held_bytes: int = 1_000_000) -> None:
-        # the body may change length (a recall round): no content-length, chunked
-        super().__init__(r, [(k, v) for k, v in headers if k != b"content-length"], None,
+        # the body may change length (a recall round): no content-length, chunked; it
+        # goes out decoded (the caller checked the encoding is ``readable``)
+        super().__init__(r, [(k, v) for k, v in headers
+                             if k not in (b"content-length", b"content-encoding")], None,
                          started, on_done)
         self.loop, self.max_held_bytes = loop, max_held_bytes
         self.continuity = loop.wire.continuity()
@@ -109,12 +119,14 @@ class RecallStream(StreamRelay):
             if self.r.status_code != 200 or not self.r.headers.get(
                     "content-type", "").startswith("text/event-stream"):
                 return f"recall follow-up answered {self.r.status_code}"
+            if not readable(self.r.headers.get("content-encoding", "")):
+                return "recall follow-up answered in a content-encoding the proxy cannot read"
 
     async def _relay(self, send: Send) -> tuple[Reader, list[bytes]]:
         """Send one reply's events up to its first recall call; hold the rest (up to
         ``max_held_bytes``: past it, relay them and the rest)."""
         reader, held, size, relaying = self.loop.wire.reader(), list[bytes](), 0, False
-        tap = UsageTap(self.r.headers.get("content-encoding", ""), stream=True)
+        tap = UsageTap(stream=True)  # the events are decoded
         self.continuity.start(bool(self.loop.rounds))
         async for event in sse_events(self.r):
             tap.feed(event)
