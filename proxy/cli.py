@@ -50,7 +50,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from context_engine.proxy.recording.ledger import read_rows, redact
+    from context_engine.proxy.edge.sanitize import redact_url
+    from context_engine.proxy.recording.ledger import read_rows
     from context_engine.proxy.reporting.report import build, parse_since, render, to_csv, to_json
 
     settings = _settings(args)
@@ -69,7 +70,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(to_csv(data), end="")
     elif not rows:
-        print(f"No requests in the ledger at {redact(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
+        print(f"No requests in the ledger at {redact_url(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
     else:
         console = Console(width=150)
         for part in render(data):

@@ -38,6 +38,10 @@ class Settings:
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     admin_token: str = field(default="", metadata={
         "help": "Bearer token for /stats, /dashboard and /metrics; required off loopback"})
+    client_tokens: str = field(default="", metadata={
+        "help": "tokens a client must present on /v1/* (X-Context-Engine-Token, or as its API "
+                "key before a keyless upstream), comma separated, 16+ characters each; "
+                "empty = the upstream's keys guard the API"})
     allowed_hosts: str = field(default="", metadata={
         "help": "extra Host names accepted on loopback, comma separated (DNS-rebinding guard)"})
     session_key: str = field(default="", metadata={

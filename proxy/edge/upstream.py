@@ -2,14 +2,15 @@
 a second time only when a pooled keep-alive connection the upstream closed could not have
 carried it (``proxy.edge.reconnect`` says exactly when); otherwise never a retry.
 
-Request headers pass through except hop-by-hop ones, Host and Content-Length (httpx
+Request headers pass through except hop-by-hop ones, those ``Connection`` names, the
+proxy's own (``X-Context-Engine-*``, ``X-Session-Id``), Host and Content-Length (httpx
 sets those for the new connection); httpx's own default headers are not added.
 Response status, headers (minus hop-by-hop) and raw body bytes come back as sent.
 
 The upstream URL is built from the raw request path (still percent-encoded, so ``%3F``
 or ``%23`` can never turn into a query or a fragment). Paths that could climb out of
 the upstream base answer 400 before anything is sent: dot segments, raw or encoded
-(``..``, ``%2e%2e``, ``%252e%252e``), encoded slashes and backslashes, ``#``, ``?`` or
+(``..``, ``%2e%2e``, ``%252e%252e``, and with parameters: ``..;``), encoded slashes and backslashes, ``#``, ``?`` or
 NUL hidden in an escape, and control characters.
 """
 
@@ -31,8 +32,19 @@ HOP_BY_HOP = frozenset({
 NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 
 
+OWN_PREFIX = "x-context-engine-"  # the proxy's own request headers, and X-Session-Id
+OWN = frozenset({"x-session-id"})
+
+
 def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in raw if k.decode("latin-1").lower() not in NOT_FORWARDED]
+    """The client's headers for the upstream: without hop-by-hop ones, those its
+    ``Connection`` header names, and the proxy's own (``X-Context-Engine-*``,
+    ``X-Session-Id``)."""
+    pairs = [(k, v, k.decode("latin-1").lower()) for k, v in raw]
+    nominated = {t.strip().lower() for _, v, name in pairs if name == "connection"
+                 for t in v.decode("latin-1").split(",")}
+    return [(k, v) for k, v, name in pairs if name not in NOT_FORWARDED and name not in nominated
+            and name not in OWN and not name.startswith(OWN_PREFIX)]
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -56,8 +68,8 @@ def check_path(raw: str) -> str:
         if any(ord(c) < 32 or c in "\\#?\x7f" for c in stage) or any(h in lowered for h in HIDDEN):
             raise BadPath("The request path holds an encoded slash, '#', '?', '\\' or a "
                           "control character.")
-        if any(seg in (".", "..") for seg in stage.split("/")):
-            raise BadPath("The request path holds a '.' or '..' segment.")
+        if any(seg.split(";", 1)[0] in (".", "..") for seg in stage.split("/")):
+            raise BadPath("The request path holds a '.' or '..' segment (or '..;').")
         decoded = unquote(stage, encoding="latin-1") if "%" in stage else stage
         if decoded == stage:
             return raw
