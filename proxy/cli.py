@@ -28,9 +28,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from context_engine.proxy.edge.app import create_app
+    from context_engine.proxy.edge.shutdown import serve
 
     settings = _settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
@@ -39,11 +38,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("context_engine").info(
         "context-engine on http://%s:%d → %s, mode %s, rules: %s", settings.host, settings.port,
         settings.upstream, settings.mode, ", ".join(settings.rules) or "(none: passthrough)")
-    # SIGTERM/SIGINT: stop accepting, let requests in flight finish (at most as long as an
-    # upstream may take), then the app's shutdown drains the finishing tasks and flushes the
-    # ledger. A second Ctrl-C (SIGINT) exits at once.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False, timeout_graceful_shutdown=int(settings.upstream_timeout) + 1)
+    # SIGTERM/SIGINT: flush the ledger, let requests in flight run for shutdown_grace, then
+    # the app's shutdown finishes their rows and closes, all within a container's grace
+    # period (proxy/edge/shutdown.py). A second Ctrl-C (SIGINT) exits at once.
+    serve(app, settings.host, settings.port, settings.log_level, settings.shutdown_grace)
     return 0
 
 

@@ -55,6 +55,10 @@ class Settings:
                                    metadata={"help": "seconds to wait for a connection"})
     max_body_bytes: int = field(default=32 * 1024 * 1024,
                                 metadata={"help": "largest request body accepted (413 above)"})
+    shutdown_grace: float = field(default=5.0, metadata={
+        "help": "seconds SIGTERM lets requests in flight run before they are cut; the ledger "
+                "is flushed first and after, within 3 s more (keep the sum under the "
+                "container's stop grace period)"})
     ledger: str = field(default=".context-engine/ledger.db", metadata={
         "help": "one row per request: a SQLite file path, or postgresql://… shared by replicas"})
     ledger_retention_days: float = field(
@@ -260,6 +264,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
+    if not 0 <= s.shutdown_grace <= 3600:
+        raise ConfigError(f"shutdown_grace: {s.shutdown_grace} must be 0 to 3600 seconds")
     levels = ("debug", "info", "warning", "error")
     if s.log_level not in levels:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")

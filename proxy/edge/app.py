@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from context_engine.proxy import __version__
 from context_engine.proxy.adapters import ANTHROPIC, RESPONSES
+from context_engine.proxy.edge import shutdown
 from context_engine.proxy.edge.chat import ChatCompletions
 from context_engine.proxy.edge.errors import error_json, speaks_anthropic
 from context_engine.proxy.edge.exposure import (
@@ -129,11 +130,12 @@ def create_app(settings: Settings, engine: Engine | None = None,
     async def lifespan(app: Any) -> AsyncIterator[None]:
         try:
             yield
-        finally:
-            await finisher.drain()
+        finally:  # bounded: the process must be gone within a container's grace period
+            await finisher.stop(shutdown.DRAIN_S, shutdown.CANCEL_S)
+            await shutdown.flush(ledger)
             finisher.close()
             await upstream.aclose()
-            ledger.close()
+            shutdown.close_within(ledger.close)
             if tracer is not None:
                 tracer.close()
 

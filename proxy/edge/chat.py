@@ -8,6 +8,7 @@ error shape; upstream errors pass through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -108,6 +109,11 @@ class ChatCompletions:
             row.upstream_ms = (time.perf_counter() - started) * 1000
             self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
             return self._error(exc)
+        except asyncio.CancelledError:  # shutdown cut it (proxy/edge/shutdown.py): still a row
+            row.status, row.error = 503, "cut by shutdown before the upstream answered"
+            row.upstream_ms = (time.perf_counter() - started) * 1000
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            raise
         row.status = r.status_code
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:

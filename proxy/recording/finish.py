@@ -80,6 +80,8 @@ class Finisher:
             if shadow:
                 try:
                     rewrite = await _shadow_rewrite(self.engine, data, row.session)
+                except asyncio.CancelledError:  # shutting down (``stop``): the row still goes
+                    rewrite, row.error = None, row.error or "shadow skipped: shutting down"
                 finally:
                     self.shadow_backlog -= 1
                 fill_from_rewrite(row, rewrite)
@@ -118,6 +120,16 @@ class Finisher:
                 return False
             await asyncio.wait(list(self.pending), timeout=left)
         return True
+
+    async def stop(self, wait: float, then: float) -> None:
+        """Shutting down: wait ``wait`` s for the rows being finished, then cancel what is
+        left (shadow rewrites; their rows are recorded without) and wait ``then`` s more."""
+        if await self.drain(wait):
+            return
+        for task in list(self.pending):
+            task.cancel()
+        if not await self.drain(then):
+            log.warning("shutdown: %d ledger rows were not finished", len(self.pending))
 
     def close(self) -> None:
         self.engine.close()
