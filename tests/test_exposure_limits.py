@@ -48,6 +48,11 @@ def test_client_tokens_guard_the_api_and_never_reach_the_upstream(start_proxy, m
     keyless = proxy.client(api_key=TOKEN).chat.completions.create(model="gpt-4o", messages=MSGS)
     assert keyless.choices
     assert TOKEN not in str(mock.received[-1].headers)  # a client token used as the key stays here
+    other = proxy.client(api_key="another-token-abcdefgh").chat.completions.create(
+        model="gpt-4o", messages=MSGS)
+    assert other.choices and "another-token" not in str(mock.received[-1].headers)
+    sessions = [row["session"] for row in proxy.rows()]
+    assert sessions[-1] != sessions[-2]  # each token is its own caller scope
     assert httpx.get(proxy.url + "/healthz").status_code == 200
 
 

@@ -21,7 +21,12 @@ from context_engine.proxy.adapters.base import Parsed
 from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError, UpstreamBroken
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.sanitize import model_name
-from context_engine.proxy.edge.upstream import Upstream, request_headers, response_headers
+from context_engine.proxy.edge.upstream import (
+    Upstream,
+    kept_here,
+    request_headers,
+    response_headers,
+)
 from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
@@ -99,7 +104,7 @@ class ChatCompletions:
             out, row.tokens_sent = tooled, row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
-        headers = request_headers(request.headers.raw)
+        headers = request_headers(request.headers.raw, kept_here(request.scope))
         if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
             headers = accepting(headers, "identity" if body.stream else "gzip")
         try:

@@ -29,6 +29,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_engine.proxy.edge.errors import error_json, speaks_anthropic
+from context_engine.proxy.edge.upstream import KEPT_HERE
 from context_engine.proxy.settings import ConfigError, Settings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -140,7 +141,7 @@ class HostCheck:
 
 class ClientTokens:
     """ASGI middleware: every request but the admin routes presents a client token
-    (``client_tokens``); the token is taken off the request before it goes upstream."""
+    (``client_tokens``); the headers that carried it never go upstream."""
 
     def __init__(self, app: ASGIApp, tokens: tuple[str, ...]) -> None:
         self.app = app
@@ -164,11 +165,14 @@ class ClientTokens:
         headers = scope["headers"]
         given = [self._given(k.lower(), v) for k, v in headers]
         if not any(given):
-            names = {k.decode("latin-1").lower(): "" for k, _ in headers}
+            shape = {k.decode("latin-1").lower(): "" for k, _ in headers}
             response = error_json(401, "This proxy needs a client token: X-Context-Engine-Token: "
                                   "<token>.", "invalid_request_error", "invalid_client_token",
-                                  speaks_anthropic(scope.get("path", ""), names))
+                                  speaks_anthropic(scope.get("path", ""), shape))
             await response(scope, receive, send)
             return
-        kept = [(k, v) for (k, v), used in zip(headers, given) if not used]
-        await self.app({**scope, "headers": kept}, receive, send)
+        # the headers stay for the caller's scope (sessions and recall stay per token); they
+        # are left out when the request goes upstream
+        used = sorted({k.decode("latin-1").lower() for (k, _), hit in zip(headers, given) if hit})
+        state = {**scope.get("state", {}), KEPT_HERE: tuple(used)}
+        await self.app({**scope, "state": state}, receive, send)

@@ -36,15 +36,25 @@ OWN_PREFIX = "x-context-engine-"  # the proxy's own request headers, and X-Sessi
 OWN = frozenset({"x-session-id"})
 
 
-def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+KEPT_HERE = "context_engine.kept_here"  # scope state: header names that held a client token
+
+
+def kept_here(scope: Mapping[str, Any]) -> tuple[str, ...]:
+    """The request's headers that carried a client token (``exposure.ClientTokens``)."""
+    state = scope.get("state")
+    return tuple(state.get(KEPT_HERE, ())) if isinstance(state, Mapping) else ()
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]],
+                    also: Iterable[str] = ()) -> list[tuple[bytes, bytes]]:
     """The client's headers for the upstream: without hop-by-hop ones, those its
-    ``Connection`` header names, and the proxy's own (``X-Context-Engine-*``,
-    ``X-Session-Id``)."""
+    ``Connection`` header names, the proxy's own (``X-Context-Engine-*``,
+    ``X-Session-Id``) and ``also`` (a client token given as the API key)."""
     pairs = [(k, v, k.decode("latin-1").lower()) for k, v in raw]
-    nominated = {t.strip().lower() for _, v, name in pairs if name == "connection"
-                 for t in v.decode("latin-1").split(",")}
-    return [(k, v) for k, v, name in pairs if name not in NOT_FORWARDED and name not in nominated
-            and name not in OWN and not name.startswith(OWN_PREFIX)]
+    dropped = {t.strip().lower() for _, v, name in pairs if name == "connection"
+               for t in v.decode("latin-1").split(",")} | OWN | set(also)
+    return [(k, v) for k, v, name in pairs if name not in NOT_FORWARDED and name not in dropped
+            and not name.startswith(OWN_PREFIX)]
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
