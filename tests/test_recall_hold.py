@@ -69,3 +69,31 @@ def test_a_held_reply_past_max_held_bytes_is_relayed_without_its_recall_call(pro
     assert raw.endswith(b"data: [DONE]\n\n")
     assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == "Let me check. "
     assert events[-1]["choices"][0]["finish_reason"] == "stop"  # no call is left for the client
+
+
+# --- the Responses API and Anthropic Messages, through their SDKs --------------------------
+
+from tests.recall_upstream_apis import RecallApisUpstream  # noqa: E402
+from tests.test_recall_apis import A_TOOLS, R_TOOLS, a_messages, ask, r_input  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def apis_up():
+    with RecallApisUpstream() as server:
+        yield server
+
+
+@pytest.mark.parametrize("api", ["responses", "anthropic"])
+def test_a_recall_call_after_a_client_call_is_left_out_on_every_api(apis_up, tmp_path, api):
+    with recall_proxies(apis_up.url, tmp_path) as start:
+        p = start()
+        before = len(apis_up.requests)
+        text, calls, _ = ask(p, api, "lookup-then-recall", stream=True)
+        assert calls == ["lookup"] and len(apis_up.requests) - before == 1
+        path, body = ("/v1/responses", {"model": "lookup-then-recall", "input": r_input(),
+                                        "tools": R_TOOLS, "store": False, "stream": True}) \
+            if api == "responses" else \
+            ("/v1/messages", {"model": "lookup-then-recall", "messages": a_messages(),
+                              "tools": A_TOOLS, "max_tokens": 64, "stream": True})
+        got = httpx.post(p.url + path, json=body).content
+        assert b"context_recall" not in got and b'"lookup"' in got
