@@ -41,15 +41,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # SIGTERM/SIGINT: flush the ledger, let requests in flight run for shutdown_grace, then
     # the app's shutdown finishes their rows and closes, all within a container's grace
     # period (proxy/edge/shutdown.py). A second Ctrl-C (SIGINT) exits at once.
-    serve(app, settings.host, settings.port, settings.log_level, settings.shutdown_grace)
+    serve(app, server_options(settings))
     return 0
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for ``serve``: requests in flight get ``shutdown_grace`` on SIGTERM."""
+    return {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
+            "access_log": False, "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace))}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from context_engine.proxy.edge.sanitize import redact_url
-    from context_engine.proxy.recording.ledger import read_rows
+    from context_engine.proxy.recording.ledger import read_rows, redact
     from context_engine.proxy.reporting.report import build, parse_since, render, to_csv, to_json
 
     settings = _settings(args)
@@ -68,7 +73,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(to_csv(data), end="")
     elif not rows:
-        print(f"No requests in the ledger at {redact_url(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
+        print(f"No requests in the ledger at {redact(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
     else:
         console = Console(width=150)
         for part in render(data):

@@ -61,7 +61,7 @@ class GracefulServer(uvicorn.Server):
         await flushing
 
 
-def serve(app: Any, host: str, port: int, log_level: str, grace: float) -> None:
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                            timeout_graceful_shutdown=max(1, round(grace)))
-    GracefulServer(config, app.state.ledger).run()
+def serve(app: Any, options: dict[str, Any]) -> None:
+    """Run ``app`` (``create_app``'s) with uvicorn's ``options`` (``cli.server_options``:
+    ``timeout_graceful_shutdown`` is ``shutdown_grace``)."""
+    GracefulServer(uvicorn.Config(app, **options), app.state.ledger).run()
