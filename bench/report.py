@@ -28,7 +28,8 @@ def _p95(lat: dict[str, Any]) -> str:
 def _retention(s: dict[str, Any]) -> str:
     if not s["probes"]:
         return "-"
-    return f"{_pct(s['retention'])} ({s['retained']}/{s['probes']})"
+    kinds = "".join(f"; {k} {r}/{n}" for k, (r, n) in s.get("retained_by_kind", {}).items())
+    return f"{_pct(s['retention'])} ({s['retained']}/{s['probes']}{kinds})"
 
 
 def single_table(file: str, result: dict[str, Any]) -> Table:
@@ -58,7 +59,7 @@ def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table
     kinds = sorted({k for s in result["systems"].values() for k in s["replay"].get("billing", {})})
     for name in ("system", "requests", "reduction", "prefix stable (mean)", "full prefix",
                  "cost vs none", *[f"{k} billed vs direct (report gap)" for k in kinds],
-                 "invalid", "median ms", "p95 ms", "ms @20", "ms @200", "prefetch ms p50/p95"):
+                 "evidence", "invalid", "median ms", "p95 ms", "ms @20", "ms @200", "prefetch ms p50/p95"):
         table.add_column(name, justify="left" if name == "system" else "right")
     for name, s in result["systems"].items():
         r = s["replay"]
@@ -67,7 +68,7 @@ def replay_table(file: str, result: dict[str, Any], cache_ratio: float) -> Table
                       _pct(r["prefix_stability_mean"]), _pct(r["full_prefix_share"]),
                       "-" if r["cost_vs_none"] is None else f"{r['cost_vs_none']:.3f}x",
                       *[_billed(r.get("billing", {}).get(k)) for k in kinds],
-                      str(s["invalid"]), _ms(s["latency_ms"]), _p95(s["latency_ms"]),
+                      _retention(s), str(s["invalid"]), _ms(s["latency_ms"]), _p95(s["latency_ms"]),
                       _ms(at["20"]), _ms(at["200"]),
                       f"{_ms(s.get('prefetch_latency_ms', {}))} / {_p95(s.get('prefetch_latency_ms', {}))}")
     return table

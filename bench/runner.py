@@ -58,13 +58,19 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
     Sessions are named per system: variants share the engine's store, and per-session
     state (recall's tool offer, memory indexes) must not carry from one system to another.
     Tokens and bills count the ``tools`` the proxy sends (``context_recall`` included)."""
-    session = system.open(f"replay:{system.name}:{case.id}")
+    session = system.open(f"replay:{system.name}:{case.id}", billing.MODELS["openai"])
     bill = (caches or billing.Caches()).bill("openai", system.name, case.id)
     prev: list[Any] | None = None
     prev_tools = case.tools
+    cuts = dict(case.cuts)
     for turn, i in enumerate(request_points(case.messages), start=1):
         request = case.messages[: i + 1]
         out = await session.rewrite(request, case.tools)
+        if i + 1 in cuts:  # a cut point's probes, on what this request sends
+            text = visible_text(out.messages)
+            for probe in cuts[i + 1]:
+                tally.add_probe(f"{case.id}@{i + 1}", probe.evidence,
+                                probe_retained(probe.evidence, text), probe.kind)
         tools = out.tools_sent(case.tools)
         total = counter.request(out.messages, tools)
         tally.add(case.id, len(request), {counter.encoding: counter.request(request, case.tools)},

@@ -60,7 +60,7 @@ class Session(Protocol):
 class System(Protocol):
     name: str
 
-    def open(self, session_id: str) -> Session: ...
+    def open(self, session_id: str, model: str | None = None) -> Session: ...
 
 
 @dataclass
@@ -71,7 +71,7 @@ class _FunctionSession:
         start = time.perf_counter()
         out = self.fn(messages)
         ms = (time.perf_counter() - start) * 1000
-        return Outcome(out, ms, problems=rewrite_problems(messages, out))
+        return Outcome(out, ms, problems=rewrite_problems(messages, out, pins=False))
 
 
 @dataclass
@@ -79,7 +79,7 @@ class BaselineSystem:
     name: str
     fn: Callable[[Messages], Messages]
 
-    def open(self, session_id: str) -> Session:
+    def open(self, session_id: str, model: str | None = None) -> Session:
         return _FunctionSession(self.fn)
 
 
@@ -104,7 +104,7 @@ class _EngineSession:
         ctx = rw.result.ctx
         out: list[dict[str, Any]] = list(ctx.messages)  # type: ignore[arg-type]  # Message is a TypedDict
         return Outcome(out, ms, journal=list(rw.result.journal),
-                       problems=rewrite_problems(messages, out, ctx.system_line),
+                       problems=rewrite_problems(messages, out, ctx.system_line, ctx.kind),
                        failed_open=rw.result.failed_open,
                        reverted_because=list(rw.result.problems), background_ms=background,
                        over_deadline=0 < self.engine.settings.rules_deadline_ms < ms,
@@ -128,10 +128,12 @@ class EngineSystem:
     recall: bool = False
     registry: Registry = field(default_factory=lambda: REGISTRY)
 
-    def open(self, session_id: str) -> Session:
+    def open(self, session_id: str, model: str | None = None) -> Session:
+        """A session sending ``model`` (default: the system's; a replay sends the model
+        it bills, so price-aware rules plan with that model's prices)."""
         engine = Engine(self.settings, store=self.store, embedder=self.shared_embedder(),
                         registry=self.registry)
-        return _EngineSession(engine, session_id, self.model, self.recall)
+        return _EngineSession(engine, session_id, model or self.model, self.recall)
 
     def shared_embedder(self) -> Embedder | None:
         """The one embedder every session (and variant) of this system uses."""

@@ -43,6 +43,7 @@ class Tally:
     ms_by_turn: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     bills: dict[str, BillTotals] = field(default_factory=dict)  # per billing model
     recall: RecallTally = field(default_factory=RecallTally)  # bench --recall (careful model)
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # probe kind: [retained, probes]
 
     def add(self, case_id: str, n_messages: int, before: dict[str, int], after: dict[str, int],
             out: Outcome) -> None:
@@ -71,12 +72,17 @@ class Tally:
         self.over_deadline += int(getattr(out, "over_deadline", False))
         self.ms_by_length[length_bucket(n_messages)].append(out.ms)
 
-    def add_probe(self, case_id: str, evidence: tuple[str, ...], retained: bool) -> None:
+    def add_probe(self, case_id: str, evidence: tuple[str, ...], retained: bool,
+                  kind: str = "") -> None:
         if not evidence:
             self.probes_without_evidence += 1
             return
         self.probes += 1
         self.retained += int(retained)
+        if kind:
+            seen = self.by_kind.setdefault(kind, [0, 0])
+            seen[0] += int(retained)
+            seen[1] += 1
         if not retained and len(self.lost) < 5:
             self.lost.append(case_id)
 
@@ -105,6 +111,7 @@ class Tally:
             "retained": self.retained,
             "retention": _round(ratio(self.retained, self.probes)),
             "probes_without_evidence": self.probes_without_evidence,
+            "retained_by_kind": {k: list(v) for k, v in sorted(self.by_kind.items())},
             "lost_examples": self.lost,
             "invalid": self.invalid,
             "problem_examples": self.problems,

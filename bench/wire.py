@@ -199,5 +199,5 @@ class WireSystem:
         """bench --recall: the engine offers context_recall on this API's wire too."""
         return bool(self.inner.recall)
 
-    def open(self, session_id: str) -> Any:
-        return _WireSession(self.inner.open(session_id), self.api, self.opaque, self.tally)
+    def open(self, session_id: str, model: str | None = None) -> Any:
+        return _WireSession(self.inner.open(session_id, model), self.api, self.opaque, self.tally)

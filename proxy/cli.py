@@ -46,9 +46,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for ``serve``: requests in flight get ``shutdown_grace`` on SIGTERM."""
+    """uvicorn's options for ``serve``: at most ``max_connections`` connections at once
+    (503 beyond); requests in flight get ``shutdown_grace`` on SIGTERM."""
     return {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
-            "access_log": False, "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace))}
+            "access_log": False, "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace)),
+            "limit_concurrency": settings.max_connections}
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ import yaml
 
 from context_engine.proxy.engine.contract import Rule, RuleDeps
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
+from context_engine.proxy.engine.sessions import KINDS
 from context_engine.proxy.recall.config import RecallOptions, parse_recall
 from context_engine.proxy.recording.ledger import ledger_kind
 from context_engine.rules import DEFAULT_RULES, REGISTRY
@@ -59,6 +60,14 @@ class Settings:
         "help": "seconds SIGTERM lets requests in flight run before they are cut; the ledger "
                 "is flushed first and after, within 3 s more (keep the sum under the "
                 "container's stop grace period)"})
+    rules_max_body_bytes: int = field(default=8 * 1024 * 1024, metadata={
+        "help": "larger request bodies go out as sent: the rules never start on them"})
+    max_inflight_body_bytes: int = field(default=256 * 1024 * 1024, metadata={
+        "help": "request body bytes being read or prepared at once, over all requests (503 beyond)"})
+    body_read_timeout: float = field(default=60.0, metadata={
+        "help": "seconds to receive a request body (408 beyond)"})
+    max_connections: int = field(default=1000, metadata={
+        "help": "connections served at once (uvicorn limit_concurrency; 503 beyond)"})
     ledger: str = field(default=".context-engine/ledger.db", metadata={
         "help": "one row per request: a SQLite file path, or postgresql://… shared by replicas"})
     ledger_retention_days: float = field(
@@ -69,6 +78,9 @@ class Settings:
         "help": "emit an OpenTelemetry span per request over OTLP (standard OTEL_* variables)"})
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
+    store_ttl_days: float = field(default=30.0, metadata={
+        "help": "redis:// store: a key expires this many days after it was last written or "
+                "read (0 = never)"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
@@ -79,6 +91,8 @@ class Settings:
         "help": "threads that run rewrites of different sessions in parallel (0 = the cores)"})
     rules_queue: int = field(default=256, metadata={
         "help": "rewrites waiting or running at most (more: the original goes out); also the background queue"})
+    session_kind: str = field(default="auto", metadata={
+        "help": "auto | chat | agent: how rules plan a session (auto: agent when it carries tool calls or text-action observations)"})
     rules: tuple[str, ...] = field(default=(), metadata={"help": "enabled rules, in run order"})
     rule_options: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict, metadata={"help": "per-rule options"})
@@ -258,6 +272,8 @@ def _check(s: Settings) -> None:
         ledger_kind(s.ledger)
     except ValueError as exc:
         raise ConfigError(f"ledger: {exc}") from None
+    if s.store_ttl_days < 0:
+        raise ConfigError(f"store_ttl_days: {s.store_ttl_days} must be 0 (never expire) or more")
     if s.ledger_retention_days < 0:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:
@@ -266,6 +282,12 @@ def _check(s: Settings) -> None:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     if not 0 <= s.shutdown_grace <= 3600:
         raise ConfigError(f"shutdown_grace: {s.shutdown_grace} must be 0 to 3600 seconds")
+    if s.session_kind not in KINDS:
+        raise ConfigError(f"session_kind: {s.session_kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
+    for key in ("rules_max_body_bytes", "max_inflight_body_bytes", "body_read_timeout",
+                "max_connections"):
+        if getattr(s, key) <= 0:
+            raise ConfigError(f"{key}: {getattr(s, key)} must be positive")
     levels = ("debug", "info", "warning", "error")
     if s.log_level not in levels:
         raise ConfigError(f"log_level: {s.log_level!r} is not valid; valid levels: {', '.join(levels)}")

@@ -10,6 +10,7 @@ from typing import Any
 
 from context_engine.proxy.engine.contract import Rule
 from context_engine.rules.budget import Budget
+from context_engine.rules.compact import Compact
 from context_engine.rules.fold_duplicates.rule import FoldDuplicates
 from context_engine.rules.retrieve.rule import Retrieve
 from context_engine.rules.summarize.rule import Summarize
@@ -17,6 +18,7 @@ from context_engine.rules.tool_json.rule import ToolJson
 from context_engine.rules.zones.rule import Zones
 
 REGISTRY: dict[str, type[Rule]] = {
+    "compact": Compact,
     "fold_duplicates": FoldDuplicates,
     "tool_json": ToolJson,
     "summarize": Summarize,
@@ -33,7 +35,7 @@ REGISTRY: dict[str, type[Rule]] = {
 # requests that nothing else shortens they raise the bill (injections dev, replay with
 # cache reads at 0.1x: 1.067x the cost of no rewrite). Turn it on where tool results or
 # documents may carry injected instructions.
-DEFAULT_RULES: tuple[str, ...] = ("fold_duplicates", "tool_json", "retrieve", "budget")
+DEFAULT_RULES: tuple[str, ...] = ("compact", "fold_duplicates", "tool_json", "retrieve", "budget")
 
 
 def run_kb(args: Any, settings: Any) -> int:

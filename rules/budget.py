@@ -59,6 +59,7 @@ from context_engine.proxy.engine.messages import (
     units,
 )
 from context_engine.proxy.engine.originals import cited_id, cites_original, keep_original
+from context_engine.proxy.engine.sessions import AGENT, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 
 DROPPED = "[context-engine:dropped]"
@@ -79,7 +80,9 @@ class BudgetConfig:
 class _Plan:
     """The messages being cut down, with a running token total and a drop log."""
 
-    def __init__(self, messages: list[Any], counter: TokenCounter, total: int) -> None:
+    def __init__(self, messages: list[Any], counter: TokenCounter, total: int,
+                 caller: str = "", agent: bool = False) -> None:
+        self.caller = caller  # whose store scope keeps the stubbed originals
         self.slots: list[Any] = list(messages)  # None = dropped
         self.counter = counter
         self.total = total
@@ -93,10 +96,12 @@ class _Plan:
         head = system_prefix_len(messages)
         self.first = head  # the first message kept after the system prompt
         self.all_units = units(messages, head)
-        # Never system/developer messages, nor images, audio or files (the turn is kept).
+        # Never system/developer messages, the task or an agent's instructions (pinned), nor
+        # images, audio or files (the turn is kept).
+        pins = set(pinned(messages, agent))
         self.units = [(s, e) for s, e in self.all_units[:-1] if not (s <= last_user < e)
                       and messages[s].get("role") not in ("system", "developer")
-                      and not any(media_refs(messages[i]) for i in range(s, e))]
+                      and not any(i in pins or media_refs(messages[i]) for i in range(s, e))]
 
     def drop_unit(self, s: int, e: int, kind: str) -> None:
         """Drop messages ``s:e`` unless a later system message would join the system prompt
@@ -157,7 +162,7 @@ class Budget:
         before = counter.request(ctx.messages, ctx.tools)
         if before <= budget:
             return ctx.with_note(self.name, {"budget": budget, "tokens": before, "fits": True})
-        plan = _Plan(ctx.messages, counter, before)
+        plan = _Plan(ctx.messages, counter, before, ctx.caller, ctx.kind == AGENT)
         for step in self._steps():
             if plan.total <= budget:
                 break
@@ -194,7 +199,7 @@ class Budget:
         content = m.get("content")
         if not isinstance(content, str) or _is_stub(content):
             return
-        ref = keep_original(self.store, content, cited_id(content))
+        ref = keep_original(self.store, content, cited_id(content), scope=plan.caller)
         tokens = plan.counter.text(content)
         stub = f"{DROPPED} tool output ({tokens:,} tokens) stored as {ref}"
         plan.put(i, {**m, "content": stub}, "tool_output")

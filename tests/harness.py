@@ -9,12 +9,14 @@ from typing import Any
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.engine.sessions import session_kind
 from context_engine.proxy.store.stores import MemoryStore
 
 
 def make_ctx(messages: list[Any], **kw: Any) -> RequestContext:
     kw.setdefault("model", "gpt-4o")
     kw.setdefault("session_id", "test-session")
+    kw.setdefault("kind", session_kind(messages))
     return RequestContext(messages=messages, **kw)
 
 
@@ -43,5 +45,5 @@ def content(m: Any) -> str:
 
 
 def assert_valid_rewrite(original: list[dict[str, Any]], ctx: RequestContext) -> None:
-    found = rewrite_problems(original, ctx.messages, ctx.system_line)
+    found = rewrite_problems(original, ctx.messages, ctx.system_line, ctx.kind)
     assert not found, found

@@ -10,6 +10,7 @@ The model name picks the behaviour (when the request offers ``context_recall``):
 - ``recall-mixed``: call ``context_recall`` and the client's ``lookup`` in one reply; after
   the recall result, call ``lookup`` alone.
 - ``recall-loop``: call it whenever it is offered; else say how many results came back.
+- ``recall-many:<n>``: call it ``n`` times in one reply, each a query, then an id range.
 - ``recall-fail``: like ``recall-id``, but the follow-up answers 500.
 - ``lookup-then-recall``: call the client's ``lookup``, then ``context_recall``, in one reply.
 - ``recall-huge``: call ``context_recall`` with a 5,000-character query.
@@ -45,7 +46,7 @@ from starlette.routing import Route
 from context_engine.proxy.demo.mock_upstream import ServerThread
 
 ORIG = re.compile(r"orig:[0-9a-f]{12}")
-TURN = re.compile(r"\[context-engine:recall\] turns #(\d+)")
+TURN = re.compile(r"\[context-engine:recall\] turns from #(\d+)")
 
 
 def _offered(body: dict[str, Any]) -> bool:
@@ -78,6 +79,11 @@ def decide(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
         return None, [_call("call_r1", "context_recall", {"id": "#" + TURN.findall(text)[0]})]
     if model == "recall-unknown":
         return None, [_call("call_r1", "context_recall", {"id": "orig:000000000000"})]
+    if model.startswith("recall-many:"):
+        n = int(model.split(":", 1)[1])
+        return None, [_call(f"call_r{k}", "context_recall",
+                            {"query": "sensor read units"} if k % 2 else {"id": "#0-#4"})
+                      for k in range(n)]
     if model.startswith("recall-other:"):
         return None, [_call("call_r1", "context_recall", {"id": model.split(":", 1)[1]})]
     if model == "recall-mixed":

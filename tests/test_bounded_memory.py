@@ -110,3 +110,42 @@ def test_the_shadow_backlog_is_bounded_it_drops_and_counts(start_proxy):
     assert proxy.app.state.finisher.skipped_shadow == len(skipped)
     assert httpx.get(proxy.url + "/healthz").json()["shadow_skipped"] == len(skipped)
     assert f"context_engine_shadow_skipped {float(len(skipped))}" in httpx.get(proxy.url + "/metrics").text
+
+
+def _deep_size(value, seen=None) -> int:
+    """Bytes a parsed JSON value holds (containers and their items)."""
+    import sys
+
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(_deep_size(k, seen) + _deep_size(v, seen) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        size += sum(_deep_size(v, seen) for v in value)
+    return size
+
+
+def test_segment_cache_keeps_a_digest_per_message_and_a_byte_cap():
+    from context_engine.proxy.engine.prefix import SegmentCache
+
+    cache = SegmentCache(max_items=10_000, max_bytes=200_000)
+    counter = TokenCounter("o200k_base")
+    for i in range(200):
+        m = {"role": "tool", "tool_call_id": f"c{i}", "content": f"{i} " + "x" * 50_000}
+        assert cache.get(m, counter) == cache.get(dict(m), counter)
+    assert cache.held_bytes <= 200_000 and len(cache) >= 100  # entries of ~100 bytes, not 50 kB
+
+
+def test_parsed_results_are_charged_what_they_hold():
+    import json
+
+    from context_engine.rules.tool_json.compact import CompactOptions
+    from context_engine.rules.tool_json.repeats import Repeats
+
+    memo: BoundedCache[bytes, object] = BoundedCache(4096, 64 * 1024 * 1024)
+    text = json.dumps({"id": "R1", **{f"f{i}": i for i in range(5_000)}})
+    value = Repeats(memo, CompactOptions()).pruned(text)
+    assert value is not None and memo.bytes >= _deep_size(value)

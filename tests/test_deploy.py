@@ -42,3 +42,12 @@ def test_nginx_pins_sessions_by_x_session_id_over_both_replicas():
 
 def test_the_image_can_use_postgres_and_opentelemetry():
     assert "'.[redis,postgres,otel]'" in (REPO / "Dockerfile").read_text()
+
+
+def test_the_image_runs_as_a_user_who_owns_only_the_data_folder():
+    lines = [line.strip() for line in (REPO / "Dockerfile").read_text().splitlines()]
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0"), "the container runs as root"
+    text = "\n".join(lines)
+    assert "useradd" in text and f"chown -R {users[-1]}" in text and "/app/.context-engine" in text
+    assert text.index("USER ") > text.index("pip install")  # installed as root, run as the user

@@ -172,11 +172,11 @@ def test_request_lane_is_bounded_and_sheds_to_the_original():
     engine = engine_with(rule, rules_queue=2, rule_workers=1)
 
     async def go():
-        first = asyncio.ensure_future(engine.rewrite_off_loop(body("held"), "A"))
+        first = asyncio.ensure_future(engine.rewrite_off_loop(body("held"), "A", caller="a"))
         await asyncio.to_thread(rule.started["held"].wait, WAIT)
-        second = asyncio.ensure_future(engine.rewrite_off_loop(body("q"), "B"))
+        second = asyncio.ensure_future(engine.rewrite_off_loop(body("q"), "B", caller="b"))
         await asyncio.sleep(0)
-        third = await engine.rewrite_off_loop(body("shed"), "C")  # the lane holds 2: refused
+        third = await engine.rewrite_off_loop(body("shed"), "C", caller="c")  # the lane holds 2
         hold.set()
         return await first, await second, third
 
@@ -276,3 +276,70 @@ def test_closing_skips_queued_rewrites_and_waits_for_the_running_one():
     closer.join(WAIT)
     assert not closer.is_alive() and ran == ["held"] and first.future.result() == "held"
     assert all(j.future.result() is None for j in jobs) and lane.queued == 0
+
+
+def test_a_caller_gets_no_more_than_its_share_of_the_queue():
+    lane = RequestLane(1, 8)
+    gate, started = threading.Event(), threading.Event()
+
+    def held() -> None:
+        started.set()
+        assert gate.wait(WAIT)
+
+    try:
+        jobs = [lane.submit(f"a{i}", held, caller="flood") for i in range(8)]
+        assert sum(j is not None for j in jobs) == 4  # half the queue
+        assert lane.submit("b", lambda: "b", caller="other") is not None
+    finally:
+        gate.set()
+        lane.close()
+
+
+def test_workers_take_callers_in_turn():
+    """One worker; caller A queued many sessions first, B one: B's job waits for at most
+    one more of A's (the one queued while A's first ran), not for all of them."""
+    lane = RequestLane(1, 64)
+    gate, order = threading.Event(), list[str]()
+    lock = threading.Lock()
+
+    def job(name: str, wait: bool = False):
+        def run() -> None:
+            if wait:
+                assert gate.wait(WAIT)
+            with lock:
+                order.append(name)
+        return run
+
+    try:
+        first = lane.submit("a0", job("a0", wait=True), caller="A")
+        rest = [lane.submit(f"a{i}", job(f"a{i}"), caller="A") for i in range(1, 6)]
+        b = lane.submit("b0", job("b0"), caller="B")
+        gate.set()
+        for j in [first, *rest, b]:
+            assert j is not None
+            j.future.result(WAIT)
+    finally:
+        lane.close()
+    assert order[0] == "a0" and order.index("b0") <= 2 and sorted(order) == sorted(["b0"] + [f"a{i}" for i in range(6)])
+
+
+def test_a_rewrite_past_the_deadline_stops_before_its_next_rule():
+    """The client got the original once the deadline passed: later rules do not run."""
+    first, second = Gate(), Gate()
+    second.name = "second"
+    hold = first.gate("slow")
+    settings = load_settings(flags={"rules": "", "store": "memory://"}, env={})
+    settings = dataclasses.replace(settings, rules_deadline_ms=50.0, rule_workers=1)
+    engine = Engine(settings, store=MemoryStore(), rules=[first, second])
+    try:
+        async def go():
+            out = await engine.rewrite_off_loop(body("slow"), "A")  # passes the deadline
+            assert out.result.failed_open
+            hold.set()
+            engine.requests.wait_idle(WAIT)
+        asyncio.run(go())
+        engine.requests.close()
+        assert "end slow" in first.log and second.log == []
+    finally:
+        hold.set()
+        engine.close()

@@ -88,7 +88,8 @@ def test_a_lost_connection_is_reopened_and_no_row_is_lost_or_written_twice(pg_le
     assert ledger.flush(20)
     assert [r["model"] for r in read_rows(pg_ledger)] == ["before"] + [f"after{i}" for i in range(50)]
     assert ledger.health() | {"last_error": ""} == {
-        "state": "ok", "written": 51, "dropped": 0, "queued": 0, "failed_attempts": 0, "last_error": ""}
+        "state": "ok", "written": 51, "dropped": 0, "queued": 0, "oldest_s": 0.0,
+        "failed_attempts": 0, "last_error": ""}
     ledger.close()
 
 
@@ -171,21 +172,61 @@ def test_report_on_a_database_no_server_has_written_to_is_empty_and_creates_noth
         assert conn.execute("SELECT to_regclass('requests')").fetchone() == (None,)
 
 
-def test_while_postgres_is_down_rows_are_dropped_and_counted_then_writing_resumes(tmp_path):
+def _feed(ledger: Ledger, stop: threading.Event, sent: list[str]) -> None:
+    """Rows as a server under load records them: one every 5 ms until ``stop``."""
+    while not stop.is_set():
+        sent.append(f"r{len(sent)}")
+        ledger.record(LedgerRow(model=sent[-1]))
+        time.sleep(0.005)
+
+
+def test_a_postgres_restart_under_load_loses_no_row_and_health_says_failing_meanwhile():
     from context_engine.bench.fleet import Postgres
 
     with Postgres() as server:
         url = server.database("outage")
-        ledger = _write(url, [LedgerRow(model="before")])
-        server.stop()
-        ledger.record(LedgerRow(model="during"))
-        assert ledger.flush(30)
+        ledger = _write(url, [LedgerRow(model="before")], stale_after=1.0)
+        stop, sent = threading.Event(), list[str]()
+        feeder = threading.Thread(target=_feed, args=(ledger, stop, sent))
+        feeder.start()
+        try:
+            time.sleep(0.3)
+            server.stop()
+            down = time.monotonic()
+            health = ledger.health()
+            while time.monotonic() - down < 5:  # a 5 s outage
+                health = ledger.health()
+                time.sleep(0.1)
+            assert health["state"] == "failing" and health["oldest_s"] > 1.0, health
+            assert health["queued"] > 0 and health["dropped"] == 0
+            server.start()
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            feeder.join()
+        assert ledger.flush(60)
         health = ledger.health()
-        assert health["state"] == "failing" and health["dropped"] == 1
-        assert "cannot connect" in health["last_error"]
-        server.start()
-        ledger.record(LedgerRow(model="after"))
-        assert ledger.flush(30)
-        assert ledger.health()["state"] == "ok" and ledger.health()["written"] == 2
-        assert [r["model"] for r in read_rows(url)] == ["before", "after"]
+        assert health["state"] == "ok" and health["dropped"] == 0, health
+        rows = [r["model"] for r in read_rows(url)]
+        assert rows == ["before"] + sent  # every row, once, in order
         ledger.close()
+
+
+def test_a_silent_server_shows_as_failing_while_the_writer_waits(pg_ledger):
+    """A half-open connection (the server's host gone quiet): the writer blocks in a
+    statement; health says failing by the age of the oldest row, and the rows are
+    written once the database answers again."""
+    ledger = _write(pg_ledger, [LedgerRow(model="before")], stale_after=0.5)
+    with psycopg.connect(pg_ledger, autocommit=True) as admin:
+        admin.execute("BEGIN")
+        admin.execute("LOCK TABLE requests IN ACCESS EXCLUSIVE MODE")  # inserts wait
+        ledger.record(LedgerRow(model="waiting"))
+        time.sleep(1.5)
+        health = ledger.health()
+        assert health["state"] == "failing" and health["queued"] == 1, health
+        assert "waited" in health["last_error"]
+        admin.execute("ROLLBACK")
+    assert ledger.flush(30)
+    assert ledger.health()["state"] == "ok"
+    assert [r["model"] for r in read_rows(pg_ledger)] == ["before", "waiting"]
+    ledger.close()

@@ -21,14 +21,14 @@ def test_a_reference_is_the_store_key_and_the_marker_text():
 
 def test_content_is_stored_once_and_read_back():
     store = MemoryStore()
-    ref = keep_original(store, "the original")
-    assert keep_original(store, "something else", ref) == ref  # never overwritten
-    assert stored_original(store, ref) == "the original"
-    assert stored_original(store, original_id("never stored")) is None
+    ref = keep_original(store, "the original", scope="c")
+    assert keep_original(store, "something else", ref, scope="c") == ref  # never overwritten
+    assert stored_original(store, ref, scope="c") == "the original"
+    assert stored_original(store, original_id("never stored"), scope="c") is None
 
 
 def test_only_references_are_readable():
     store = MemoryStore()
     store.set("sum:abc", b"a block summary")
-    assert stored_original(store, "sum:abc") is None
-    assert stored_original(store, "orig:" + "0" * 12 + " or more") is None
+    assert stored_original(store, "sum:abc", scope="") is None
+    assert stored_original(store, "orig:" + "0" * 12 + " or more", scope="") is None

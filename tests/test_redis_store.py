@@ -9,7 +9,8 @@ import uuid
 import httpx
 import pytest
 
-from context_engine.proxy.engine.originals import original_id
+from context_engine.proxy.engine.originals import original_id, stored_original
+from context_engine.proxy.engine.session import caller_hash, session_key
 from context_engine.proxy.store.breaker import GuardedStore
 from context_engine.proxy.store.redis_store import RedisStore
 from context_engine.proxy.store.stores import open_store
@@ -49,4 +50,5 @@ def test_replicas_share_tool_originals(start_proxy, mock):
     assert len(sent) < len(payload)
     # a second replica (its own process state, same Redis) finds the original by its id
     other = RedisStore(REDIS)
-    assert other.get(original_id(payload)) == payload.encode()
+    scope = caller_hash({}, session_key("", "memory://"))  # the keyless caller of replica A
+    assert stored_original(other, original_id(payload), scope=scope) == payload

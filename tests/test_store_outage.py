@@ -23,7 +23,7 @@ import redis
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.settings import load_settings
+from context_engine.proxy.settings import ConfigError, load_settings
 from context_engine.proxy.store.breaker import GuardedStore
 from context_engine.proxy.store.redis_store import RedisStore
 from context_engine.proxy.store.stores import StoreUnavailable, open_store
@@ -177,3 +177,23 @@ def test_during_an_outage_requests_go_out_promptly_and_healthz_shows_the_store(t
     assert health["store"]["failed_calls"] == 2 and health["store"]["rejected_calls"] == 2  # two timeouts, then none
     assert any(reason.startswith("store is down") for reason in health["reasons"])
     assert health["rule_failures"]["tool_json"] == 4
+
+
+def test_redis_keys_expire_after_store_ttl_days_of_no_use(throwaway, tmp_path):
+    settings = load_settings(flags={"store": throwaway.url, "store_ttl_days": 2, "rules": "",
+                                    "ledger": str(tmp_path / "l.db")}, env={}, config_path=os.devnull)
+    engine = Engine(settings)
+    try:
+        engine.store.set("orig:k", b"v")
+        ttl = throwaway.client().ttl("ce:orig:k")
+        assert 2 * 86400 - 5 <= ttl <= 2 * 86400
+        throwaway.client().expire("ce:orig:k", 100)
+        assert engine.store.get("orig:k") == b"v"  # a read renews it
+        assert throwaway.client().ttl("ce:orig:k") > 100
+    finally:
+        engine.close()
+    forever = open_store(throwaway.url, ttl_s=0)
+    forever.set("kept", b"v")
+    assert throwaway.client().ttl("ce:kept") == -1
+    with pytest.raises(ConfigError, match="store_ttl_days"):
+        load_settings(flags={"store_ttl_days": -1}, env={}, config_path=os.devnull)

@@ -44,18 +44,31 @@ def valid_turns(outs: list[Out], sent: list[Out], kind_of: KindOf) -> list[Out]:
 
 
 def merge(outs: list[Out], kind_of: KindOf) -> list[Out]:
+    """Same-role neighbours the rewrite made neighbours as one message, tool results
+    first; one pass, each block's kind read once."""
     merged: list[Out] = []
+    run: list[Out] = []  # the outs merged[-1] stands for
+
+    def close() -> None:
+        if len(run) > 1:
+            blocks = [b for r in run for b in r.blocks]
+            result = [kind_of(b)[0] == "tool_result" for b in blocks]
+            merged[-1] = Out(run[-1].role, [b for b, r in zip(blocks, result) if r]
+                             + [b for b, r in zip(blocks, result) if not r])
+
     for o in outs:
         if not o.blocks and not o.raw:  # emptied by the rewrite (one sent empty stays)
             continue
         prev = merged[-1] if merged else None
-        sent_so = prev is not None and prev.orig is not None and o.orig == prev.orig + 1
+        sent_so = prev is not None and len(run) == 1 and prev.orig is not None \
+            and o.orig == prev.orig + 1
         if prev is not None and prev.role == o.role and not sent_so:
-            blocks = prev.blocks + o.blocks
-            results = [b for b in blocks if kind_of(b)[0] == "tool_result"]
-            merged[-1] = Out(o.role, results + [b for b in blocks if b not in results])
+            run.append(o)
         else:
+            close()
             merged.append(o)
+            run = [o]
+    close()
     return merged
 
 

@@ -33,6 +33,7 @@ from context_engine.proxy.edge.exposure import (
     is_loopback,
 )
 from context_engine.proxy.edge.health import health, watch
+from context_engine.proxy.edge.intake import Intake
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.relay import quiet_server_aborts
 from context_engine.proxy.edge.sanitize import redact_url
@@ -91,9 +92,10 @@ def create_app(settings: Settings, engine: Engine | None = None,
         recorder = TracedLedger(ledger, tracer)
     finisher = Finisher(engine, recorder, metrics)
     watch(metrics, ledger, engine.store, finisher)
-    chat = ChatCompletions(engine, upstream, finisher)
-    responses = ChatCompletions(engine, upstream, finisher, RESPONSES)
-    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC)
+    intake = Intake(settings.max_body_bytes, settings.max_inflight_body_bytes, settings.body_read_timeout)
+    chat = ChatCompletions(engine, upstream, finisher, intake=intake)
+    responses = ChatCompletions(engine, upstream, finisher, RESPONSES, intake)
+    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC, intake)
     passthrough = Passthrough(upstream)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -158,6 +160,6 @@ def create_app(settings: Settings, engine: Engine | None = None,
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.ledger, app.state.upstream = engine, ledger, upstream
-    app.state.tracer = tracer
+    app.state.tracer, app.state.intake = tracer, intake
     app.state.finisher, app.state.metrics = finisher, metrics
     return app

@@ -18,7 +18,8 @@ from starlette.responses import Response
 
 from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.errors import BadRequest, BodyTooLarge, ProxyError, UpstreamBroken
+from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
+from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.sanitize import model_name
 from context_engine.proxy.edge.upstream import (
@@ -30,7 +31,7 @@ from context_engine.proxy.edge.upstream import (
 from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
-from context_engine.proxy.engine.session import session_id, session_key
+from context_engine.proxy.engine.session import caller_hash, session_id, session_key
 from context_engine.proxy.recall.loop import Recall, answer
 from context_engine.proxy.recall.stream import RecallStream, readable
 from context_engine.proxy.recall.tool import tool_tokens
@@ -47,22 +48,9 @@ def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[
         (b"accept-encoding", encodings.encode())]
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes.")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"The request body is larger than the limit of {limit} bytes.")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 class ChatCompletions:
     def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
-                 adapter: Adapter = CHAT) -> None:
+                 adapter: Adapter = CHAT, intake: Intake | None = None) -> None:
         self.adapter = adapter
         self.wire = WIRES[adapter.name]
         self.engine = engine
@@ -70,13 +58,23 @@ class ChatCompletions:
         self.finisher = finisher
         self.settings = engine.settings
         self.session_key = session_key(self.settings.session_key, self.settings.store)
+        self.intake = intake or Intake(self.settings.max_body_bytes, self.settings.max_inflight_body_bytes,
+                                       self.settings.body_read_timeout)
 
     async def handle(self, request: Request) -> Response:
+        """The request, its body's bytes charged to the intake budget until it returns."""
+        ticket = self.intake.ticket()
+        try:
+            return await self._handle(request, ticket)
+        finally:
+            ticket.release()
+
+    async def _handle(self, request: Request, ticket: Ticket) -> Response:
         t0, arrived = time.perf_counter(), time.time()
         try:
             url = self.upstream.url_for(request.scope)
-            raw = await read_body(request, self.settings.max_body_bytes)
-            body = self.adapter.parse(raw)
+            raw = await self.intake.read(request, ticket)
+            body = await off_loop(len(raw), self.adapter.parse, raw)
             mode = modes.resolve(request.headers, self.settings.mode)
         except ProxyError as exc:
             return self._error(exc)
@@ -97,7 +95,7 @@ class ChatCompletions:
         arm = row.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
             else None
-        tooled = self.wire.add_tool(out) if recall is not None else out
+        tooled = await off_loop(len(out), self.wire.add_tool, out) if recall is not None else out
         if tooled is out:
             recall = None
         else:
@@ -135,7 +133,9 @@ class ChatCompletions:
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
         loop = None if recall is None or r.status_code != 200 else Recall(
-            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire)
+            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire,
+            lane=self.engine.requests, session=row.session,
+            max_calls=self.settings.recall.max_calls, deadline_s=self.engine.deadline_s)
         if loop is not None:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
                 return await answer(loop, r, started, extra, done)
@@ -161,23 +161,28 @@ class ChatCompletions:
                         traceparent=request.headers.get("traceparent", "")[:128])
         row.context.update(body.notes)
         rewrite = None
-        if arm == "rewrite" and body.rewritable and choice != "off":
-            rewrite = await self._rewrite(body.chat, sid, choice, offer)
+        too_big = len(raw) > self.settings.rules_max_body_bytes  # capped before any work starts
+        if too_big and arm == "rewrite":
+            row.context["skipped"] = "rules_max_body_bytes"
+        if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
+            caller = caller_hash(request.headers, self.session_key)
+            rewrite = await self._rewrite(body.chat, sid, choice, offer, caller)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
-            if arm == "rewrite" and choice == "off":
+            if arm == "rewrite" and (choice == "off" or too_big):
                 row.arm = "bypass"
-            row.tokens_original = row.tokens_sent = self.engine.count(body.chat)
-        out = raw if rewrite is None or not rewrite.result.changed else self._splice(
-            body, rewrite, row, raw)
+            row.tokens_original = row.tokens_sent = await off_loop(len(raw), self.engine.count, body.chat)
+        out = raw if rewrite is None or not rewrite.result.changed else await off_loop(
+            len(raw), self._splice, body, rewrite, row, raw)
         if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
                 and "prompt_cache_key" not in body.data):
-            out = profiles.add_prompt_cache_key(out, sid)
+            out = await off_loop(len(out), profiles.add_prompt_cache_key, out, sid)
         return row, rewrite, out
 
     def _error(self, exc: ProxyError) -> Response:
+        headers = {"retry-after": "1"} if isinstance(exc, ServerBusy) else None
         return Response(self.adapter.error_body(exc), status_code=exc.status,
-                        media_type="application/json")
+                        media_type="application/json", headers=headers)
 
     def _splice(self, body: Parsed, rewrite: Rewrite, row: LedgerRow, raw: bytes) -> bytes:
         try:
@@ -189,9 +194,9 @@ class ChatCompletions:
             return raw
 
     async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None,
-                       offer: bool = False) -> Rewrite | None:
+                       offer: bool = False, caller: str = "") -> Rewrite | None:
         try:
-            return await self.engine.rewrite_off_loop(body, sid, choice, offer)
+            return await self.engine.rewrite_off_loop(body, sid, choice, offer, caller)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

@@ -2,7 +2,9 @@
 
     ProxyError                 {"error": {"message", "type", "param", "code"}}
     ├── BadRequest             400 invalid_request_error (bad JSON, bad messages)
+    ├── BodyTimeout            408 invalid_request_error / request_timeout
     ├── BodyTooLarge           413 invalid_request_error / request_too_large
+    ├── ServerBusy             503 server_error / server_busy (retry-after: 1)
     ├── UpstreamUnreachable    502 upstream_error / upstream_unreachable
     ├── UpstreamBroken         502 upstream_error / upstream_broken (cut mid-body)
     └── UpstreamTimeout        504 upstream_error / upstream_timeout
@@ -29,7 +31,8 @@ from starlette.responses import Response
 
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
-                   413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+                   408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error",
+                   503: "overloaded_error", 504: "timeout_error",
                    529: "overloaded_error"}
 
 
@@ -76,6 +79,18 @@ class BodyTooLarge(ProxyError):
     status = 413
     type = "invalid_request_error"
     code = "request_too_large"
+
+
+class BodyTimeout(ProxyError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class ServerBusy(ProxyError):
+    status = 503
+    type = "server_error"
+    code = "server_busy"
 
 
 class UpstreamUnreachable(ProxyError):

@@ -22,6 +22,7 @@ one goes on the last system message and one on the last message of the closed bl
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,10 +59,10 @@ def kept_positions(original: list[Any], rewritten: list[Any]) -> list[int | None
     floor = -1
     for m in original:
         found = None
-        for k in where.get(digest(m), ()):
-            if k > floor:
-                found = floor = k
-                break
+        places = where.get(digest(m), [])
+        at = bisect_right(places, floor)  # the first place after the last one matched
+        if at < len(places):
+            found = floor = places[at]
         out.append(found)
     return out
 
@@ -109,14 +110,24 @@ def targets(original: list[Any], rewritten: list[Any]) -> tuple[dict[Spot, Any],
     pos = kept_positions(original, rewritten)
     redone = in_place(original, rewritten, pos)
     want: dict[Spot, Any] = {}
+    whole: set[int] = set()  # messages that hold a whole-message marker in ``want``
     moves = Moves()
     last: int | None = None
+
+    def put(spot: Spot, value: Any) -> None:
+        if spot[0] not in whole or spot[1] >= 0:
+            want.setdefault(spot, value)
+            if spot[1] < 0:
+                whole.add(spot[0])
+
     for i, m in enumerate(original):
         k = pos[i]
         marks = _marks(m) if isinstance(m, dict) else []
         if k is not None:
             for j, value in marks:
                 want.setdefault((k, j), value)
+                if j < 0:
+                    whole.add(k)
                 moves.kept += 1
             last = k
             continue
@@ -125,18 +136,14 @@ def targets(original: list[Any], rewritten: list[Any]) -> tuple[dict[Spot, Any],
             last = here
             for j, value in marks:
                 moves.kept += 1
-                spot = _last_spot(here, rewritten[here], as_part=j >= 0)
-                if not any(s[0] == here and s[1] < 0 for s in want) or spot[1] >= 0:
-                    want.setdefault(spot, value)
+                put(_last_spot(here, rewritten[here], as_part=j >= 0), value)
             continue
         for j, value in marks:
             if last is None:
                 moves.lost += 1
                 continue
             moves.moved += 1
-            spot = _last_spot(last, rewritten[last], as_part=j >= 0)
-            if not any(s[0] == last and s[1] < 0 for s in want) or spot[1] >= 0:
-                want.setdefault(spot, value)
+            put(_last_spot(last, rewritten[last], as_part=j >= 0), value)
     return want, moves
 
 

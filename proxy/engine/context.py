@@ -49,6 +49,27 @@ class MemoryFigures:
 
 
 @dataclass(frozen=True)
+class Compaction:
+    """What compaction planned for one request (``compact``), for the ledger: the
+    session's kind, its epoch, whether this request fired a new one, and that epoch's
+    figures in input-token equivalents (``assumed``: the model's prices are not known)."""
+
+    kind: str
+    epoch: int = 0
+    fired: bool = False
+    cleared: int = 0  # messages cleared so far in the session's line
+    cleared_tokens: int = 0  # cleared by the epoch this request fired
+    miss_tokens: float = 0.0  # its one-time miss
+    save_per_request: float = 0.0  # what all epochs so far save on each request
+    reason: str = ""
+    assumed: bool = False
+
+    def columns(self) -> dict[str, Any]:
+        """The ledger's ``context`` column gains ``compaction``."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class RequestContext:
     """One chat-completions request on its way through the pipeline."""
 
@@ -56,6 +77,8 @@ class RequestContext:
     model: str = ""
     tools: list[dict[str, Any]] | None = None
     session_id: str = ""
+    # The caller's scope (``session.caller_hash``): stored originals are kept per caller.
+    caller: str = ""
     encoding: str = "o200k_base"
     max_tokens: int | None = None
     # The messages as the client sent them, for rules that must see turns an earlier rule
@@ -70,6 +93,11 @@ class RequestContext:
     system_line: str | None = None
     # What long memory did (retrieve), for the ledger's context columns.
     memory: MemoryFigures | None = None
+    # "agent" or "chat" (proxy/engine/sessions.py): rules plan differently for each, and
+    # the invariants pin an agent's instructions besides the task.
+    kind: str = "chat"
+    # What compaction did (compact), for the ledger.
+    compaction: Compaction | None = None
 
     def replace(self, **changes: Any) -> RequestContext:
         return dataclasses.replace(self, **changes)

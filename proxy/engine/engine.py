@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,13 +23,16 @@ from context_engine.proxy.engine.lanes import (
     RequestLane,
     limit_blas_threads,
 )
+from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
+from context_engine.proxy.engine.sessions import session_kind
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
 from context_engine.proxy.recall.session import RecallState, apply_recall
 from context_engine.proxy.settings import Registry, Settings, build_rules
 from context_engine.proxy.store.stores import Store, open_store
 
 log = logging.getLogger("context_engine.engine")
+ESTIMATE_CHARS = 256 * 1024  # text above which a failed-open request's tokens are estimated
 
 @dataclass
 class Rewrite:
@@ -43,7 +47,7 @@ class Engine:
                  rules: list[Rule] | None = None, embedder: Embedder | None = None,
                  registry: Registry | None = None) -> None:
         self.settings = settings
-        self.store = store if store is not None else open_store(settings.store)
+        self.store = store if store is not None else open_store(settings.store, settings.store_ttl_days * 86400)
         self.deps = RuleDeps(store=self.store, embedder=embedder)
         self.stats = PipelineStats()
         self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps, registry),
@@ -70,22 +74,29 @@ class Engine:
             limit_blas_threads(1)
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
-                           choice: str | None = None, can_offer: bool = False) -> Rewrite:
+                           choice: str | None = None, can_offer: bool = False,
+                           caller: str = "", deadline: float | None = None) -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer))
+        return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller,
+                                                    deadline))
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
-                               choice: str | None = None, can_offer: bool = False) -> Rewrite:
+                               choice: str | None = None, can_offer: bool = False,
+                               caller: str = "") -> Rewrite:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
         rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
         (queueing included), or when the lane is full, the original goes out, counted
-        as failed open; a rewrite that has not started by then is skipped."""
+        as failed open; a rewrite that has not started by then is skipped, and one that
+        has stops before its next rule. ``caller`` (the API key's scope) gets its fair
+        share of the lane."""
         if not any(p.rules for p in self.pipelines.values()):
-            return await self.rewrite(body, session_id, choice, can_offer)
+            return await self.rewrite(body, session_id, choice, can_offer, caller)
+        deadline = time.monotonic() + self.deadline_s if self.deadline_s is not None else None
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
-                                                                 session_id, choice, can_offer))
+                                                                 session_id, choice, can_offer,
+                                                                 caller, deadline), caller)
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
@@ -166,7 +177,8 @@ class Engine:
         tools = body.get("tools")
         return counter.request(body["messages"], tools if isinstance(tools, list) else None)
 
-    def _context(self, body: dict[str, Any], session_id: str) -> tuple[RequestContext, Any, bool]:
+    def _context(self, body: dict[str, Any], session_id: str,
+                 caller: str = "") -> tuple[RequestContext, Any, bool]:
         model = str(body.get("model") or "")
         counter, fallback = counter_for_model(model)
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -176,29 +188,42 @@ class Engine:
             model=model,
             tools=tools if isinstance(tools, list) else None,
             session_id=session_id,
+            caller=caller,
             encoding=counter.encoding,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
             original=body["messages"],
+            kind=session_kind(body["messages"], self.settings.session_kind),
         )
         return ctx, counter, fallback
 
     def _original(self, body: dict[str, Any], session_id: str, reason: str) -> Rewrite:
-        """The request unchanged, as a failed-open rewrite."""
+        """The request unchanged, as a failed-open rewrite. It is made on the event loop
+        when the lane is full or the deadline passed (the machine is busy): a request
+        with more than ``ESTIMATE_CHARS`` of text is not tokenized but estimated (4
+        characters a token)."""
         ctx, counter, fallback = self._context(body, session_id)
-        tokens = counter.request(ctx.messages, ctx.tools)
-        result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=[reason],
+        chars = sum(len(text_of(m)) for m in ctx.messages if isinstance(m, dict))
+        problems = [reason]
+        if chars > ESTIMATE_CHARS:
+            tokens = chars // 4 + 4 * len(ctx.messages)
+            problems.append("tokens estimated from the text's length")
+        else:
+            tokens = counter.request(ctx.messages, ctx.tools)
+        result = PipelineResult(ctx, [], tokens, tokens, failed_open=True, problems=problems,
                                 original_messages=ctx.messages)
         return Rewrite(result, counter.encoding, fallback)
 
     async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None,
-                      can_offer: bool = False) -> Rewrite:
+                      can_offer: bool = False, caller: str = "",
+                      deadline: float | None = None) -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated): the model's
         profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
         are then put back (``proxy/engine/breakpoints.py``); then the recall markers, and whether
-        ``context_recall`` is offered (``can_offer``: the API and the client allow it)."""
-        ctx, counter, fallback = self._context(body, session_id)
+        ``context_recall`` is offered (``can_offer``: the API and the client allow it).
+        ``caller`` is the caller's scope: originals are stored and recalled per caller."""
+        ctx, counter, fallback = self._context(body, session_id, caller)
         pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
-        result = await pipeline.run(ctx, counter)
+        result = await pipeline.run(ctx, counter, deadline)
         auto = self.settings.cache.auto_breakpoints
         if (result.changed or auto) and not result.failed_open:
             opts = self.settings.rule_options.get("retrieve", {})

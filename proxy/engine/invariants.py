@@ -9,7 +9,10 @@
 - every system and developer message, wherever it stands, is kept unchanged and in order
   (``zones`` may append one line to the first message when it is a system prompt);
 - every image, audio and file part is kept, or a text reference names it;
-- no rewrite puts two user messages next to each other where the client did not.
+- no rewrite puts two user messages next to each other where the client did not;
+- pinned messages (``proxy/engine/sessions.py``) are kept: the first user message (the
+  task) byte-identical, with no client turn newly before it, and in an agent session every instruction (a user
+  message that is not a harness's observation) byte-identical and in order.
 - opaque items (reasoning, thinking, compaction…) stay intact: ``context_engine.proxy.adapters.opaque``.
 """
 
@@ -18,7 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from context_engine.proxy.adapters.opaque import opaque_problems
-from context_engine.proxy.engine.messages import media_refs, text_of
+from context_engine.proxy.engine.messages import (
+    is_injected,
+    is_injected_ack,
+    media_refs,
+    text_of,
+)
+from context_engine.proxy.engine.sessions import first_user_index, pinned
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -118,8 +127,35 @@ def _user_pairs(messages: list[Any]) -> int:
     return sum(1 for a, b in zip(roles, roles[1:]) if a == b == "user")
 
 
+def _client_turns(messages: list[Any], end: int) -> int:
+    """Client turns before ``end``: not system or developer messages, nor what a rule
+    injected (a memory zone or summary, and the reply that keeps it apart)."""
+    return sum(1 for i, m in enumerate(messages[:end]) if isinstance(m, dict)
+               and m.get("role") not in ("system", "developer")
+               and not is_injected(m) and not is_injected_ack(messages, i))
+
+
+def _pinned_problems(original: list[Any], rewritten: list[Any], agent: bool) -> list[str]:
+    first = first_user_index(original)
+    if first < 0:
+        return []
+    at = first_user_index(rewritten)
+    if at < 0 or rewritten[at] != original[first] or _client_turns(original, first) < \
+            _client_turns(rewritten, at):
+        return ["the task (the first user message) was changed or moved"]
+    if not agent:
+        return []
+    wanted = [original[i] for i in pinned(original, True)
+              if i > first and original[i].get("role") == "user"]
+    it = iter(m for m in rewritten[first + 1:] if isinstance(m, dict) and m.get("role") == "user")
+    if not all(any(m == w for m in it) for w in wanted):  # each in order (a subsequence)
+        return ["an agent's instruction (a user message) was changed or dropped"]
+    return []
+
+
 def rewrite_problems(
-    original: list[Any], rewritten: list[Any], zone_line: str | None = None
+    original: list[Any], rewritten: list[Any], zone_line: str | None = None,
+    kind: str = "chat", pins: bool = True,
 ) -> list[str]:
     """Problems of a rewrite: structural ones, plus a changed last user turn, a changed or
     dropped system/developer message, media lost without a reference, or user messages
@@ -138,5 +174,7 @@ def rewrite_problems(
     found += _media_problems(original, rewritten)
     if _user_pairs(rewritten) > _user_pairs(original):
         found.append("two user messages in a row")
+    if pins:  # the bench's baselines (last_n…) drop the task by design
+        found += _pinned_problems(original, rewritten, kind == "agent")
     found.extend(opaque_problems(original, rewritten))
     return found

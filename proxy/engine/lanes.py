@@ -5,6 +5,9 @@ background lane (one low-priority thread for work that only prepares later reque
   run one after the other, in arrival order; different sessions run in parallel (numpy's
   BLAS, faiss and the Rust tokenizer release the GIL). At most ``max_queued`` rewrites
   wait or run: past that ``submit`` returns None and the caller forwards the original.
+  Callers (API keys; every keyless request is one caller) share it fairly: one holds at
+  most half the queue, and a free worker takes the next caller in turn, so a flood from
+  one key neither fills the queue nor pins the workers.
 - ``BackgroundLane``: one thread at the lowest CPU priority (nice 19 on Linux) for
   prefetching and shadow rewrites. Its queue holds at most ``max_queued`` jobs; a job
   that does not fit is dropped and counted. Long jobs call ``pause()`` between steps: it
@@ -19,6 +22,7 @@ import logging
 import os
 import queue
 import threading
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +37,9 @@ class LaneClosed(Exception):
 class Job:
     """One queued rewrite; ``abandon`` skips it if it has not started (its caller gave up)."""
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], Any], caller: str = "") -> None:
         self.fn = fn
+        self.caller = caller
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.abandoned = False
 
@@ -46,43 +51,68 @@ class RequestLane:
     def __init__(self, workers: int, max_queued: int) -> None:
         self.workers = max(1, workers)
         self.max_queued = max(1, max_queued)
-        self._pool = concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="rules")
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
+        self.share = max(1, self.max_queued // 2)  # most jobs one caller may hold
+        self._cv = threading.Condition(threading.Lock())
+        self._threads: list[threading.Thread] = []
+        # runnable jobs per caller; the dict's order is the callers' turn (round robin)
+        self._ready: OrderedDict[str, deque[tuple[str, Job]]] = OrderedDict()
         self._tails: dict[str, Job] = {}  # session → its newest job (only sessions with work)
         self._jobs: set[Job] = set()  # every job waiting or running (at most max_queued)
+        self._held: Counter[str] = Counter()  # jobs waiting or running per caller
         self._closed = False
         self.queued = 0  # waiting or running
         self.running = 0
-        self.shed = 0  # refused: the lane was full
+        self.shed = 0  # refused: the lane was full, or the caller held its share
 
-    def submit(self, session: str, fn: Callable[[], Any]) -> Job | None:
-        """Queue ``fn`` behind the session's earlier jobs; None when the lane is full."""
-        job = Job(fn)
-        with self._lock:
-            if self.queued >= self.max_queued:
+    def submit(self, session: str, fn: Callable[[], Any], caller: str = "") -> Job | None:
+        """Queue ``fn`` behind the session's earlier jobs; None when the lane is full or
+        ``caller`` (its API key's scope) already holds ``share`` jobs."""
+        job = Job(fn, caller)
+        with self._cv:
+            if self._closed:  # shutting down: skipped at once
+                job.abandon()
+                job.future.set_result(None)
+                return job
+            if self.queued >= self.max_queued or self._held[caller] >= self.share:
                 self.shed += 1
                 return None
             self.queued += 1
+            self._held[caller] += 1
             prev = self._tails.get(session)
             self._tails[session] = job
             self._jobs.add(job)
+            if not self._threads:
+                self._threads = [threading.Thread(target=self._work, name=f"rules-{i}", daemon=True)
+                                 for i in range(self.workers)]
+                for t in self._threads:
+                    t.start()
         if prev is None:
-            self._start(session, job)
+            self._ready_put(session, job)
         else:
-            prev.future.add_done_callback(lambda _: self._start(session, job))
+            prev.future.add_done_callback(lambda _: self._ready_put(session, job))
         return job
 
-    def _start(self, session: str, job: Job) -> None:
-        try:
-            self._pool.submit(self._run, session, job)
-        except RuntimeError:  # the lane closed while the job waited: it is skipped
-            job.abandon()
+    def _ready_put(self, session: str, job: Job) -> None:
+        with self._cv:
+            self._ready.setdefault(job.caller, deque()).append((session, job))
+            self._cv.notify_all()
+
+    def _work(self) -> None:
+        """One worker: the next caller in turn gives its oldest runnable job."""
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: bool(self._ready) or (self._closed and not self.queued))
+                if not self._ready:
+                    return
+                caller, jobs = next(iter(self._ready.items()))
+                session, job = jobs.popleft()
+                del self._ready[caller]
+                if jobs:
+                    self._ready[caller] = jobs  # back of the line
+                self.running += 1
             self._run(session, job)
 
     def _run(self, session: str, job: Job) -> None:
-        with self._lock:
-            self.running += 1
         try:
             if not job.abandoned:
                 job.future.set_result(job.fn())
@@ -91,27 +121,33 @@ class RequestLane:
         except BaseException as exc:  # handed to the awaiting request
             job.future.set_exception(exc)
         finally:
-            with self._lock:
+            with self._cv:
                 self.running -= 1
                 self.queued -= 1
+                self._held[job.caller] -= 1
+                if not self._held[job.caller]:
+                    del self._held[job.caller]
                 self._jobs.discard(job)
                 if self._tails.get(session) is job:
                     del self._tails[session]
-                self._idle.notify_all()
+                self._cv.notify_all()
 
     def wait_idle(self, timeout: float) -> None:
         """Block until no rewrite runs, or ``timeout`` seconds (background steps call it)."""
-        with self._lock:
+        with self._cv:
             if self.running:
-                self._idle.wait_for(lambda: self.running == 0, timeout)
+                self._cv.wait_for(lambda: self.running == 0, timeout)
 
     def close(self) -> None:
         """Skip every job that has not started; wait for the running ones."""
-        with self._lock:
+        with self._cv:
             self._closed = True
             for job in self._jobs:
                 job.abandon()
-        self._pool.shutdown(wait=True)
+            self._cv.notify_all()
+            threads = list(self._threads)
+        for t in threads:
+            t.join()
 
 
 class BackgroundLane:

@@ -3,8 +3,12 @@ key format every rule (and the way back to it) uses.
 
 A reference is ``orig:`` and the first 12 hex digits of the content's sha256. It is both
 the store key and the text a marker shows (``[tool_json: … cut; original: orig:1a2b…]``,
-``stored as orig:1a2b…``, ``[orig:1a2b…]`` in a summary line). Content is stored once,
-never overwritten: the key is its hash.
+``stored as orig:1a2b…``, ``[orig:1a2b…]`` in a summary line). Content is stored once
+per caller, never overwritten.
+
+The store key is the reference and the caller's scope (``session.caller_hash``):
+``orig:1a2b…@<scope>``. An id is only a hash of content, and ids travel (markers,
+model replies, logs); keyed per caller, an id another caller names reads nothing.
 """
 
 from __future__ import annotations
@@ -35,16 +39,23 @@ def cited_id(content: str) -> str:
     return found.group(0) if found else original_id(content)
 
 
-def keep_original(store: Store, content: str, ref: str | None = None) -> str:
-    """Store ``content`` under ``ref`` (default: its own reference) unless something is
-    there already; the reference."""
-    key = ref or original_id(content)
+def store_key(ref: str, scope: str) -> str:
+    """Where ``ref`` of the caller ``scope`` is stored."""
+    return f"{ref}@{scope[:32]}"
+
+
+def keep_original(store: Store, content: str, ref: str | None = None, *, scope: str) -> str:
+    """Store ``content`` under ``ref`` (default: its own reference) for the caller
+    ``scope`` unless something is there already; the reference."""
+    ref = ref or original_id(content)
+    key = store_key(ref, scope)
     if store.get(key) is None:
         store.set(key, content.encode())
-    return key
+    return ref
 
 
-def stored_original(store: Store, ref: str) -> str | None:
-    """The content stored under ``ref``, or None (unknown or evicted)."""
-    raw = store.get(ref) if REFERENCE.fullmatch(ref) else None
+def stored_original(store: Store, ref: str, *, scope: str) -> str | None:
+    """The content the caller ``scope`` stored under ``ref``, or None (unknown, evicted,
+    or another caller's)."""
+    raw = store.get(store_key(ref, scope)) if REFERENCE.fullmatch(ref) else None
     return raw.decode("utf-8", "replace") if raw is not None else None

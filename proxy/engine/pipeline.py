@@ -3,6 +3,8 @@
 - Each rule's tokens before/after, time and note go into the journal.
 - A rule that raises is skipped, logged with its name and counted; the request goes on
   with the messages from before that rule (rules never mutate their input).
+- Past ``deadline`` (``time.monotonic()``; the client already got the original), the
+  next rule does not start: the rewrite ends there, failed open.
 - After the last rule the invariants run; if the rewrite broke one, the original
   messages are sent and the failure is counted.
 """
@@ -77,13 +79,18 @@ class Pipeline:
     def names(self) -> list[str]:
         return [r.name for r in self.rules]
 
-    async def run(self, ctx: RequestContext, counter: Any) -> PipelineResult:
+    async def run(self, ctx: RequestContext, counter: Any,
+                  deadline: float | None = None) -> PipelineResult:
         original = ctx.messages
         tokens_before = counter.request(original, ctx.tools)
         journal: list[JournalEntry] = []
         current = ctx
         tokens = tokens_before
         for rule in self.rules:
+            if deadline is not None and time.monotonic() > deadline:
+                return PipelineResult(ctx, journal, tokens_before, tokens_before, failed_open=True,
+                                      problems=["rules_deadline_ms passed"],
+                                      original_messages=original)
             start = time.perf_counter()
             try:
                 nxt = await rule.apply(current)
@@ -104,7 +111,7 @@ class Pipeline:
             current, tokens = nxt, after
         result = PipelineResult(current, journal, tokens_before, tokens, original_messages=original)
         if current.messages is not original:
-            found = rewrite_problems(original, current.messages, current.system_line)
+            found = rewrite_problems(original, current.messages, current.system_line, ctx.kind)
             if found:
                 self.stats.add("invariant")
                 log.warning("rewrite broke invariants, sending the original: %s", found[:3])

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from context_engine.proxy.engine.memo import BoundedCache
 from context_engine.proxy.engine.tokens import TokenCounter
 
 MARK = "cache_control"
@@ -80,26 +81,33 @@ PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
 
 
 class SegmentCache:
-    """(digest, tokens) of plain messages (string content, no other keys) by content,
-    shared by every request: clients resend the whole history, so a request costs a
-    dict lookup per old message and a JSON dump and hash per new one. Bounded."""
+    """(digest, tokens) of plain messages (string content, no other keys), shared by
+    every request: clients resend the whole history, so a request costs a hash per old
+    message and a JSON dump, hash and token count per new one. Keyed by the message's
+    digest (16 bytes, never its text) in an LRU capped by entries and bytes."""
 
-    def __init__(self, max_items: int = 50_000) -> None:
-        self.max_items = max_items
-        self.items: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+    def __init__(self, max_items: int = 50_000, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self.cache: BoundedCache[tuple[str, bytes], tuple[bytes, int]] = BoundedCache(max_items, max_bytes)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    @property
+    def held_bytes(self) -> int:
+        return self.cache.bytes
 
     def get(self, m: dict[str, Any], counter: TokenCounter) -> tuple[bytes, int]:
-        key = None
-        if isinstance(m.get("content"), (str, type(None))) and m.keys() <= PLAIN:
-            key = (counter.encoding, m.get("role"), m.get("content"), m.get("name"), m.get("tool_call_id"))
-            got = self.items.get(key)
-            if got is not None:
-                return got
-        got = (digest(m), counter.message(m))
-        if key is not None:
-            if len(self.items) >= self.max_items:
-                self.items.clear()
-            self.items[key] = got
+        if not (isinstance(m.get("content"), (str, type(None))) and m.keys() <= PLAIN):
+            return digest(m), counter.message(m)
+        h = hashlib.blake2b(digest_size=16)
+        for field in ("role", "content", "name", "tool_call_id"):
+            value = m.get(field)
+            h.update(b"\x00" if value is None else b"\x01" + str(value).encode("utf-8", "surrogatepass") + b"\xff")
+        key = (counter.encoding, h.digest())
+        got: tuple[bytes, int] | None = self.cache.get(key)
+        if got is None:
+            got = (digest(m), counter.message(m))
+            self.cache.put(key, got, 64)
         return got
 
 

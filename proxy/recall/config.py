@@ -16,11 +16,21 @@ class RecallOptions:
     enabled: bool = field(default=True, metadata={
         "help": "offer context_recall (all three APIs, when the client sent tools) once a "
                 "session's rewrite is lossy, and answer its calls inside the proxy"})
+    agents_from_start: bool = field(default=True, metadata={
+        "help": "offer the tool to an agent session from its first request, so the tools "
+                "prefix never changes mid-session (the first compaction epoch would otherwise "
+                "re-bill the whole cached prefix)"})
     max_rounds: int = field(default=3, metadata={
         "help": "extra upstream calls one request may make to answer recall calls (1-10); "
                 "the last one goes without the tool"})
     max_chars: int = field(default=24000, metadata={
         "help": "longest recalled text returned to the model for one call (cut beyond)"})
+    max_calls: int = field(default=8, metadata={
+        "help": "recall calls of one reply that are answered (1-100); the rest answer "
+                "\"too many calls\""})
+    max_total_chars: int = field(default=96000, metadata={
+        "help": "recalled text one request's follow-ups may carry in all; later calls "
+                "answer that the budget is spent"})
     min_gap_chars: int = field(default=200, metadata={
         "help": "turns that left the request name themselves in a marker only when they "
                 "held at least this many characters"})
@@ -29,7 +39,8 @@ class RecallOptions:
                 "many bytes it is relayed instead, its recall calls left out"})
 
 
-_BOUNDS = {"max_rounds": (1, 10), "max_chars": (200, 1_000_000), "min_gap_chars": (0, 1_000_000),
+_BOUNDS = {"max_rounds": (1, 10), "max_chars": (200, 1_000_000), "max_calls": (1, 100),
+           "max_total_chars": (200, 10_000_000), "min_gap_chars": (0, 1_000_000),
            "max_held_bytes": (1024, 1 << 30)}
 
 
@@ -43,9 +54,9 @@ def parse_recall(value: Any, error: type[Exception]) -> RecallOptions:
     for key, v in value.items():
         if key not in valid:
             raise error(f"recall.{key}: unknown option; valid options: {', '.join(valid)}")
-        if key == "enabled":
+        if key in ("enabled", "agents_from_start"):
             if not isinstance(v, bool):
-                raise error(f"recall.enabled: expected true or false, got {v!r}")
+                raise error(f"recall.{key}: expected true or false, got {v!r}")
         else:
             low, high = _BOUNDS[key]
             if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:

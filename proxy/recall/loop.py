@@ -4,7 +4,8 @@ The same loop serves the three APIs; what differs (where the calls are, the foll
 the stream's events) is the request's ``recall.wire.Wire``.
 
 When the upstream's reply calls ``context_recall``, the proxy resolves the calls from the
-caller's own session (``recall.resolve``), appends the assistant's recall calls and their
+caller's own session (``recall.resolve``: in the request lane, at most
+``recall.max_calls`` per reply, ``recall.max_total_chars`` of text per request), appends the assistant's recall calls and their
 results to what it sent, and asks again, at most ``recall.max_rounds`` times; the last
 follow-up goes without the tool, so its reply cannot call it again. A reply that mixes
 recall calls with the client's own tool calls is asked again with only the recall calls
@@ -35,11 +36,13 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from context_engine.proxy.edge.errors import ProxyError, UpstreamBroken, error_response
+from context_engine.proxy.edge.intake import off_loop
 from context_engine.proxy.edge.jsonspan import object_spans, replace_spans
 from context_engine.proxy.edge.relay import Done, fault
 from context_engine.proxy.edge.upstream import Upstream, response_headers
 from context_engine.proxy.edge.usage_tap import Usage, UsageTap
-from context_engine.proxy.recall.resolve import RecallScope, resolve
+from context_engine.proxy.engine.lanes import RequestLane
+from context_engine.proxy.recall.resolve import RecallScope, resolve_calls
 from context_engine.proxy.recall.tool import CHAT
 from context_engine.proxy.recall.wire import Round, Turn, Wire, sum_counts
 
@@ -58,22 +61,34 @@ class Recall:
     scope: RecallScope
     max_rounds: int
     wire: Wire = CHAT
+    lane: RequestLane | None = None  # where calls are resolved (None: inline, tests)
+    session: str = ""  # the lane's key: the session's rewrites and recalls run in order
+    max_calls: int = 8
+    deadline_s: float | None = None
     rounds: list[Round] = field(default_factory=list)
     usages: list[Usage] = field(default_factory=list)  # one per upstream reply
     raw_usages: list[dict[str, Any]] = field(default_factory=list)
 
     def answer_calls(self, turn: Turn) -> bool:
-        """Resolve the reply's recall calls into a new round; False when it has none or
-        no round is left."""
+        """Open a new round for the reply's recall calls; False when it has none or no
+        round is left. ``ask_again`` resolves them (off the event loop)."""
         if not turn.calls or len(self.rounds) >= self.max_rounds:
             return False
-        self.rounds.append((turn, [resolve(self.scope, c.arguments) for c in turn.calls]))
+        self.rounds.append((turn, []))
         return True
 
     async def ask_again(self) -> httpx.Response:
-        body = self.wire.follow_up(json.loads(self.sent), self.rounds,
-                                   last=len(self.rounds) >= self.max_rounds)
+        turn, results = self.rounds[-1]
+        if not results:
+            results[:] = await resolve_calls(self.scope, [c.arguments for c in turn.calls],
+                                             lane=self.lane, session=self.session,
+                                             max_calls=self.max_calls, deadline_s=self.deadline_s)
+        body = await off_loop(len(self.sent), self._follow_up)
         return await self.upstream.send("POST", self.url, self.headers, body)
+
+    def _follow_up(self) -> bytes:
+        return self.wire.follow_up(json.loads(self.sent), self.rounds,
+                                   last=len(self.rounds) >= self.max_rounds)
 
     def usage(self) -> Usage:
         """Usage over every reply: counts summed, the last reply's finish and text."""

@@ -9,8 +9,15 @@ were folded into a summary (``summarize``).
   summary tool lines) gains `` (context_recall)`` when the model can call the tool, or
   `` (no recall tool here)`` when the client sent no tools.
 - Turns that left (at least ``min_gap_chars`` of them) are named once, in one line
-  before the first gap: ``[context-engine:recall] turns #a-#b are not all shown; …``.
+  before the first gap: ``[context-engine:recall] turns from #a on are not all shown; …``.
   ``#n`` is the client's own message index, so a recall of ``#n`` returns that message.
+  The line names where the gaps begin, not where they end: its text does not change as
+  the session grows, so it never breaks the cached prefix by itself.
+
+Only ids the rules emitted count: a client message that opens with an injected header
+(``[context-engine:memory]``) is still the client's text, and an id the client's own text
+names counts only as the id of content this request holds (a model reply that quoted a
+marker, resent). Another caller's id a client writes down is text, never a recall key.
 
 The markers are a function of the two message lists and of whether the tool is offered,
 so the same request gives the same bytes (prompt caching).
@@ -23,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context_engine.proxy.engine.messages import INJECTED_ACK, REPEAT_REF, is_injected, text_of
+from context_engine.proxy.engine.originals import original_id
 
 RECALL_HEADER = "[context-engine:recall]"
 ORIG = re.compile(r"orig:([0-9a-f]{12})(?![0-9a-f])")
@@ -77,9 +85,10 @@ def align(original: list[Any], sent: list[Any]) -> tuple[dict[int, int], list[tu
     repeat folded into a reference to a copy shown earlier counts as held."""
     matched: dict[int, int] = {}
     gaps: list[tuple[int, int, int]] = []
+    own = {id(m) for m in original}  # a client message under an injected header is its own
     j = 0
     for i, r in enumerate(sent):
-        if not isinstance(r, dict) or is_injected(r) or _is_ack(sent, i):
+        if not isinstance(r, dict) or (is_injected(r) and id(r) not in own) or _is_ack(sent, i):
             continue
         ref = isinstance(r.get("content"), str) and r["content"].startswith(REPEAT_REF)
         k = next((k for k in range(j, len(original))
@@ -101,6 +110,7 @@ def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: in
     suffix = WITH_TOOL if tools_on else WITHOUT_TOOL
     out = list(sent)
     ids: list[str] = []
+    client = _ClientIds(original)
     for i, m in enumerate(sent):
         content = m.get("content") if isinstance(m, dict) else None
         if not isinstance(content, str) or "orig:" not in content:
@@ -109,7 +119,7 @@ def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: in
         if before is not None and before.get("content") == content:
             continue  # the client's own text
         known = set(ORIG.findall(text_of(before))) if before is not None else set()
-        found = [h for h in ORIG.findall(content) if h not in known]
+        found = [h for h in ORIG.findall(content) if h not in known and client.emitted(h)]
         if not found:
             continue
         ids += ["orig:" + h for h in found if "orig:" + h not in ids]
@@ -123,16 +133,37 @@ def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: in
     return Marked(out, bool(ids) or turns is not None, ids, turns, hidden)
 
 
+class _ClientIds:
+    """The ``orig:`` ids the client's own text names, and the ids of the contents it
+    sent; both computed on first use (most requests name no id of their own)."""
+
+    def __init__(self, original: list[Any]) -> None:
+        self.original = original
+        self._named: set[str] | None = None
+        self._held: set[str] | None = None
+
+    def emitted(self, digest: str) -> bool:
+        """Whether a rule may have written ``orig:<digest>``: the client's text does not
+        name it, or it is the id of content the client sent in this request."""
+        if self._named is None:
+            texts = (text_of(m) for m in self.original if isinstance(m, dict))
+            self._named = {h for t in texts if "orig:" in t for h in ORIG.findall(t)}
+        if digest not in self._named:
+            return True
+        if self._held is None:
+            self._held = {original_id(m["content"])[5:] for m in self.original
+                          if isinstance(m, dict) and isinstance(m.get("content"), str)}
+        return digest in self._held
+
+
 def _suffixed(content: str, found: set[str], suffix: str) -> str:
     return ORIG.sub(lambda g: g.group(0) + suffix if g.group(1) in found else g.group(0), content)
 
 
 def _turns_line(turns: tuple[int, int], tools_on: bool) -> str:
-    a, b = turns
-    span = f"#{a}" if a == b else f"#{a}-#{b}"
     how = ('call context_recall with id "#n" (one turn) or a query to read them' if tools_on
            else "no recall tool here")
-    return f"{RECALL_HEADER} turns {span} are not all shown; {how}"
+    return f"{RECALL_HEADER} turns from #{turns[0]} on are not all shown; {how}"
 
 
 def _insert(out: list[Any], at: int, line: str) -> list[Any]:

@@ -4,21 +4,29 @@ A call names an ``id`` (``orig:<12 hex>`` from a marker, ``#n`` for the client's
 ``n``, or ``#a-#b``) or a ``query`` (words searched with BM25 in the turns this request
 does not show in full). The answer comes from this request's own messages first (the
 client resends its history), then, for an ``orig:`` id this request's markers name, from
-the store. Nothing outside the caller's request and markers is reachable: another
-caller's ids are "not found". A bad or unknown id answers a short "not found" line,
+the caller's own part of the store (``originals.store_key``). Nothing outside the
+caller's request and markers is reachable: another caller's ids are "not found". A bad or unknown id answers a short "not found" line,
 never an error. When ``zones`` ran, the answer is fenced as a tool zone.
+
+Limits (``resolve_calls``): the calls of one reply are resolved together in the request
+lane (``engine.lanes``), never on the event loop; past ``max_calls`` a call answers "too
+many calls"; the BM25 index over the hidden turns is built once per request, on its
+first query; all the text one request recalls is at most ``max_total_chars`` (later
+calls answer that the budget is spent), which bounds the follow-up's size.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from rank_bm25 import BM25Okapi
 
+from context_engine.proxy.engine.lanes import RequestLane
 from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.originals import original_id, stored_original
 from context_engine.proxy.store.stores import Store, StoreUnavailable
@@ -55,10 +63,75 @@ class RecallScope:
     store: Store | None = None
     fence: Callable[[str], str] | None = None
     max_chars: int = 24000
+    caller: str = ""  # the caller's scope: the store keeps originals per caller
+    max_total_chars: int = 96000  # recalled text over all of this request's calls
+    spent: int = 0  # recalled text so far
+    _index: Index | None = field(default=None, init=False, repr=False)
+    _tool_ids: dict[str, str] | None = field(default=None, init=False, repr=False)
+
+    def index(self) -> Index:
+        """The BM25 index over the turns a query searches, built on first use."""
+        if self._index is None:
+            self._index = Index.build(self)
+        return self._index
+
+    def tool_content(self, ref: str) -> str | None:
+        """The client's tool result whose id is ``ref`` (each hashed once per request)."""
+        if self._tool_ids is None:
+            self._tool_ids = {}
+            for m in self.original:
+                content = m.get("content") if isinstance(m, dict) else None
+                if m.get("role") == "tool" and isinstance(content, str):
+                    self._tool_ids.setdefault(original_id(content), content)
+        return self._tool_ids.get(ref)
+
+
+@dataclass
+class Index:
+    pool: list[int]  # client message indexes searched
+    bm25: BM25Okapi | None  # None: nothing to search
+
+    @staticmethod
+    def build(scope: RecallScope) -> Index:
+        pool = scope.hidden or [i for i, m in enumerate(scope.original)
+                                if isinstance(m, dict) and m.get("role") not in ("system", "developer")]
+        docs = [terms(render_turn(scope.original, i)) for i in pool]
+        return Index(pool, BM25Okapi([d or [""] for d in docs]) if any(docs) else None)
+
+
+TOO_MANY = "not answered: too many context_recall calls in one reply (at most {n}); call again with the ones you need"
+SPENT = "not answered: this request's recall budget ({n:,} characters) is spent; answer with what you have"
+BUSY = "not answered: the proxy is busy; answer with what you have"
+
+
+async def resolve_calls(scope: RecallScope, calls: list[Any], *, lane: RequestLane | None,
+                        session: str, max_calls: int, deadline_s: float | None) -> list[str]:
+    """The results of one reply's calls (their ``arguments``), in order: the first
+    ``max_calls`` resolved in ``lane`` behind the session's other work (inline without
+    a lane), the rest "too many calls"; past ``deadline_s`` or with the lane full, "busy"."""
+    answered, rest = calls[:max_calls], [TOO_MANY.format(n=max_calls)] * len(calls[max_calls:])
+
+    def work() -> list[str]:
+        return [resolve(scope, a) for a in answered]
+
+    if lane is None or not answered:
+        return work() + rest
+    job = lane.submit(session, work, scope.caller)
+    if job is None:
+        return [BUSY] * len(answered) + rest
+    try:
+        done = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), deadline_s)
+    except TimeoutError:
+        job.abandon()
+        return [BUSY] * len(answered) + rest
+    return cast("list[str]", done) + rest if done is not None else [BUSY] * len(answered) + rest
 
 
 def resolve(scope: RecallScope, arguments: Any) -> str:
     """The tool result for one call's ``arguments`` (a JSON string or a dict)."""
+    room = min(scope.max_chars, scope.max_total_chars - scope.spent)
+    if room <= 0:
+        return SPENT.format(n=scope.max_total_chars)
     args = _arguments(arguments)
     ident, query = str(args.get("id") or "").strip().strip("\"'"), str(args.get("query") or "").strip()
     if ident:
@@ -71,8 +144,9 @@ def resolve(scope: RecallScope, arguments: Any) -> str:
             return f"not found: nothing earlier in this conversation matches {query[:80]!r}"
     else:
         return 'not found: pass an "id" from a marker or a "query"'
-    if len(text) > scope.max_chars:
-        text = text[:scope.max_chars] + f"\n[… {len(text) - scope.max_chars:,} more characters cut]"
+    if len(text) > room:
+        text = text[:room] + f"\n[… {len(text) - room:,} more characters cut]"
+    scope.spent += min(len(text), room)
     return scope.fence(text) if scope.fence is not None else text
 
 
@@ -96,19 +170,24 @@ def _by_id(scope: RecallScope, ident: str) -> str | None:
     b = int(turns.group(2) or a)
     if a > b or a >= len(scope.original):
         return None
-    return "\n".join(render_turn(scope.original, i) for i in range(a, min(b, len(scope.original) - 1) + 1))
+    parts, size = [], 0
+    for i in range(a, min(b, len(scope.original) - 1) + 1):
+        if size > scope.max_chars:  # cut anyway: render no more than can be shown
+            break
+        parts.append(render_turn(scope.original, i))
+        size += len(parts[-1]) + 1
+    return "\n".join(parts)
 
 
 def _original(scope: RecallScope, digest: str) -> str | None:
     ref = "orig:" + digest
-    for m in scope.original:
-        content = m.get("content") if isinstance(m, dict) else None
-        if m.get("role") == "tool" and isinstance(content, str) and original_id(content) == ref:
-            return content
+    own = scope.tool_content(ref)
+    if own is not None:
+        return own
     if ref not in scope.ids or scope.store is None:
         return None
     try:
-        return stored_original(scope.store, ref)
+        return stored_original(scope.store, ref, scope=scope.caller)
     except StoreUnavailable:
         return None
 
@@ -125,13 +204,12 @@ def render_turn(messages: list[Any], i: int) -> str:
 
 
 def _search(scope: RecallScope, query: str) -> str:
-    pool = scope.hidden or [i for i, m in enumerate(scope.original)
-                            if isinstance(m, dict) and m.get("role") not in ("system", "developer")]
     words = terms(query)
-    docs = [terms(render_turn(scope.original, i)) for i in pool]
-    if not words or not any(docs):
+    index = scope.index() if words else None
+    if index is None or index.bm25 is None:
         return ""
-    scores = BM25Okapi([d or [""] for d in docs]).get_scores(words)
+    pool = index.pool
+    scores = index.bm25.get_scores(words)
     best = sorted((k for k in range(len(pool)) if scores[k] > 0), key=lambda k: (-scores[k], k))
     picked: list[int] = []
     used = 0

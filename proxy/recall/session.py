@@ -4,7 +4,9 @@ After the rules, ``recall.marks`` marks every lossy spot. The first lossy rewrit
 session turns the ``context_recall`` tool on for it (store key ``recall:on:<session>``),
 and every later request of the session offers the tool too, lossy or not, so the tools
 prefix stays the same for prompt caching; with a disk or Redis store that survives
-restarts. A store outage falls back to "on when this rewrite is lossy".
+restarts. A store outage falls back to "on when this rewrite is lossy". An agent session
+(``agents_from_start``) has the tool from its first request: its compaction epochs
+clear in place and never change the tools.
 """
 
 from __future__ import annotations
@@ -48,8 +50,10 @@ def apply_recall(options: RecallOptions, store: Store, original: list[Any], resu
     fence: Callable[[str], str] | None = None
     if zones is not None and "zones" in result.ctx.notes and callable(getattr(zones, "fence", None)):
         fence = functools.partial(zones.fence, session_id)  # recalled text as a tool zone
-    scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars)
-    return RecallState(can_offer and _session_on(store, session_id, marked.lossy), scope)
+    scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars,
+                        result.ctx.caller, options.max_total_chars)
+    early = options.agents_from_start and result.ctx.kind == "agent"
+    return RecallState(can_offer and _session_on(store, session_id, marked.lossy or early), scope)
 
 
 def _session_on(store: Store, session_id: str, lossy: bool) -> bool:

@@ -1,13 +1,16 @@
 """After the response: shadow rewrites, context metrics, the ledger row and /metrics.
 
 All of it runs once the response body has been sent: shadow rewrites in the rules'
-background lane (so they never hold up the event loop or a request), the rest as a task
-on the loop.
+background lane (so they never hold up the event loop or a request); what grows with the
+body (context metrics, the bill estimate's signatures and token counts) in one finishing
+thread, in the order requests finished (the estimator's per-session state needs that
+order); recording the row and the metrics on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from typing import Any
 
@@ -45,6 +48,9 @@ def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
         row.context = memory.columns()
         if memory.oscillation is not None:
             row.oscillation = float(memory.oscillation)
+    row.context["kind"] = res.ctx.kind
+    if res.ctx.compaction is not None:
+        row.context["compaction"] = res.ctx.compaction.columns()
 
 
 class Finisher:
@@ -59,6 +65,7 @@ class Finisher:
         self.shadow_backlog = 0
         self.max_shadow_backlog = MAX_SHADOW_BACKLOG
         self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="finish")
 
     def begin(self) -> None:
         self.unfinished += 1
@@ -85,6 +92,27 @@ class Finisher:
                 finally:
                     self.shadow_backlog -= 1
                 fill_from_rewrite(row, rewrite)
+        except Exception:  # the edge: metrics never lose the ledger row
+            log.exception("finishing a request failed")
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._worker, self._measure, row, data, rewrite, usage)
+        except RuntimeError:  # the worker is shut down (closing): the row goes as it is
+            log.warning("finishing thread closed; row recorded without its context metrics")
+        try:
+            if self.ledger is not None:
+                self.ledger.record(row)
+            if self.metrics is not None:
+                self.metrics.observe(row)
+        except Exception:  # the edge: a metric that cannot be counted is only logged
+            log.exception("recording a request failed")
+        finally:
+            self.unfinished -= 1
+
+    def _measure(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
+                 usage: Usage) -> None:
+        """Context metrics and the bill estimate (the finishing thread)."""
+        try:
             messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
             row.utilization = utilization(data_segments(messages), usage.text)
             injected = row.context.get("injected")
@@ -100,15 +128,6 @@ class Finisher:
             self.bill.observe(row, data, rewrite, usage.notes)
         except Exception:  # the edge: the estimate never loses the ledger row
             log.exception("estimating the bill failed")
-        try:
-            if self.ledger is not None:
-                self.ledger.record(row)
-            if self.metrics is not None:
-                self.metrics.observe(row)
-        except Exception:  # the edge: a metric that cannot be counted is only logged
-            log.exception("recording a request failed")
-        finally:
-            self.unfinished -= 1
 
     async def drain(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (called from sync shutdown code too)
         """Wait for the finishing tasks (at most ``timeout`` s); False if some are left."""
@@ -132,6 +151,7 @@ class Finisher:
             log.warning("shutdown: %d ledger rows were not finished", len(self.pending))
 
     def close(self) -> None:
+        self._worker.shutdown(wait=True)
         self.engine.close()
 
 

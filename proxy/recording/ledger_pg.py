@@ -14,12 +14,19 @@ from either ledger. PostgreSQL text cannot hold NUL: it is stored as ``\\u0000``
 
 from __future__ import annotations
 
+import socket
+import threading
 from typing import Any
 
 from context_engine.proxy.recording.ledger import COLUMNS, LedgerRow, redact
 from context_engine.proxy.recording.ledger_writer import TABLE
 
 MIGRATION_LOCK = 0x6C656467  # pg_advisory_xact_lock key: one replica migrates at a time
+# A dead peer (a host gone, a half-open connection) breaks the connection within seconds:
+# TCP keepalives on an idle one, tcp_user_timeout (ms) under unacknowledged data.
+KEEPALIVE = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+             "keepalives_count": 3, "tcp_user_timeout": 10_000}
+STATEMENT_TIMEOUT_S = 10.0  # the writer's statements; the writer's watchdog waits twice that
 
 
 def _sql_type(annotation: str) -> str:
@@ -72,7 +79,7 @@ def connect(url: str, timeout: float = 5.0, schema: bool = True) -> Any:
     naming the URL if it cannot."""
     psycopg = _psycopg()
     try:
-        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)), autocommit=True)
+        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)), autocommit=True, **KEEPALIVE)
     except psycopg.Error as exc:
         raise ValueError(f"cannot connect to {redact(url)}: {str(exc).strip()}") from None
     if not schema:
@@ -92,12 +99,28 @@ class PostgresBackend:
         self.url, self.timeout = url, timeout
 
     def connect(self) -> Any:
-        return connect(self.url, self.timeout)
+        conn = connect(self.url, self.timeout)
+        conn.execute("SELECT set_config('statement_timeout', %s, false)",
+                     (f"{int(STATEMENT_TIMEOUT_S * 1000)}ms",))
+        return conn
 
     def insert(self, conn: Any, params: list[dict[str, Any]]) -> None:
+        """One transaction. A connection problem (an outage, a statement past its timeout)
+        closes the connection, so the writer reconnects and keeps the rows; a watchdog
+        shuts the socket if the server stops answering (``STATEMENT_TIMEOUT_S`` × 2)."""
+        psycopg = _psycopg()
         rows = [{k: _pg_value(v) for k, v in p.items()} for p in params]
-        with conn.transaction(), conn.cursor() as cur:
-            cur.executemany(INSERT, rows)
+        watchdog = threading.Timer(2 * STATEMENT_TIMEOUT_S, _shut, (conn,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(INSERT, rows)
+        except psycopg.OperationalError:
+            conn.close()
+            raise
+        finally:
+            watchdog.cancel()
 
     def prune(self, conn: Any, cutoff: float) -> int:
         with conn.transaction():
@@ -105,6 +128,16 @@ class PostgresBackend:
 
     def broken(self, conn: Any) -> bool:
         return bool(conn.closed or conn.broken)
+
+
+def _shut(conn: Any) -> None:
+    """Unblock a statement waiting on a silent server: shut the connection's socket."""
+    try:
+        fd = conn.pgconn.socket
+        with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, ValueError, AttributeError):  # already closed
+        pass
 
 
 def read_rows(url: str, since: float | None = None) -> list[dict[str, Any]]:

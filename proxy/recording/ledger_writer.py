@@ -2,8 +2,12 @@
 
 The request path only calls ``record`` (never blocks: a full queue drops and counts). The
 thread inserts in batches; a batch that fails is tried row by row, a row ``RETRIES``
-times, then it is dropped and counted; a lost connection is reopened and the rows not yet
-written are tried again on the new one. The database is a ``Backend`` (SQLite in
+times, then it is dropped and counted (the database refused that row). A lost
+connection (a restart, an outage) loses no row: the rows not yet written stay with the
+writer, which reconnects with backoff (``RETRY_PAUSE`` doubling up to ``MAX_PAUSE``)
+for as long as it takes, while new rows wait in the queue until it is full. ``health``
+says ``failing`` once the oldest row waiting is ``stale_after`` seconds old, so a
+writer stuck on a half-open connection shows, not only one whose writes fail. The database is a ``Backend`` (SQLite in
 ``proxy/recording/ledger.py``, PostgreSQL in ``proxy/recording/ledger_pg.py``). It deletes rows
 older than ``retention_days`` at start-up and every ``prune_every`` seconds, and exits
 on ``close()`` after draining. ``flush(timeout)`` waits at most ``timeout``;
@@ -25,6 +29,9 @@ MAX_QUEUE = 10_000  # rows waiting for the writer; beyond it rows are dropped an
 BATCH = 500
 RETRIES = 3
 RETRY_PAUSE = 0.05  # seconds, doubled on each retry
+MAX_PAUSE = 2.0  # longest pause between reconnects
+CLOSE_GRACE = 5.0  # seconds ``close`` keeps reconnecting before it counts unwritten rows lost
+STALE_AFTER = 10.0  # seconds a row may wait before health says the writer is failing
 
 
 class Backend(Protocol):
@@ -53,10 +60,14 @@ class RowWriter:
     """
 
     def __init__(self, backend: Backend, retention_days: float = 0.0, prune_every: float = 3600.0,
-                 max_queue: int = MAX_QUEUE) -> None:
+                 max_queue: int = MAX_QUEUE, stale_after: float = STALE_AFTER) -> None:
         self.backend, self.path = backend, backend.url
         self.retention_days = retention_days
         self.prune_every = prune_every
+        self.stale_after = stale_after
+        self._pending: list[dict[str, Any]] = []  # taken from the queue, not written yet
+        self._pending_since: float | None = None  # when the oldest of them was queued
+        self._close_by = 0.0
         backend.connect().close()  # fail at start-up, not on the first request
         self.written = self.dropped = self.failed_attempts = self.pruned = 0
         self.last_error = ""
@@ -69,7 +80,7 @@ class RowWriter:
 
     def record(self, row: Any) -> None:
         try:
-            self._queue.put_nowait(row)
+            self._queue.put_nowait((time.monotonic(), row))
         except queue.Full:
             self._drop(1, "queue full")
 
@@ -85,6 +96,7 @@ class RowWriter:
         return done.wait(max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
+        self._close_by = time.monotonic() + CLOSE_GRACE
         self._closed = True
         if self._thread.is_alive():
             try:
@@ -93,14 +105,26 @@ class RowWriter:
                 log.error("ledger: queue still full at close; %d rows lost", self._queue.qsize())
             self._thread.join(timeout=10)
 
+    def oldest_wait(self) -> float:
+        """Seconds the oldest row not yet written has waited (0: none waits)."""
+        since = self._pending_since
+        with self._queue.mutex:
+            head = next((item[0] for item in self._queue.queue if isinstance(item, tuple)), None)
+        times = [t for t in (since, head) if t is not None]
+        return max(0.0, time.monotonic() - min(times)) if times else 0.0
+
     def health(self) -> dict[str, Any]:
-        state = "ok"
+        state, waited = "ok", self.oldest_wait()
         if not self._thread.is_alive() and not self._closed:
             state = "dead"
-        elif self.failing:
+        elif self.failing or waited > self.stale_after:
             state = "failing"
-        return {"state": state, "written": self.written, "dropped": self.dropped, "queued": self._queue.qsize(),
-                "failed_attempts": self.failed_attempts, "last_error": self.last_error}
+        error = self.last_error
+        if waited > self.stale_after and not self.failing:
+            error = f"the oldest row has waited {waited:.0f} s (writer blocked?)"
+        return {"state": state, "written": self.written, "dropped": self.dropped,
+                "queued": self._queue.qsize() + len(self._pending), "oldest_s": round(waited, 3),
+                "failed_attempts": self.failed_attempts, "last_error": error}
 
     def _drop(self, n: int, why: str) -> None:
         with self._lock:
@@ -143,7 +167,10 @@ class RowWriter:
             elif isinstance(item, threading.Event):
                 events.append(item)
             else:
-                batch.append(item)
+                queued, row = item
+                if not batch:
+                    self._pending_since = queued
+                batch.append(row)
             if stop or len(batch) >= BATCH:
                 return batch, events, stop
             try:
@@ -158,7 +185,10 @@ class RowWriter:
             work(conn)
             return conn
         except Exception as exc:  # the edge: the writer thread must outlive any one failure
-            log.exception("ledger writer: %s", exc)
+            if self.failing:  # still failing (an outage, retried with backoff): one line
+                log.warning("ledger writer: still failing: %s", str(exc).splitlines()[0][:200])
+            else:
+                log.exception("ledger writer: %s", exc)
             with self._lock:
                 self.last_error = repr(exc)[:300]
             if conn is not None:
@@ -166,22 +196,29 @@ class RowWriter:
             return None
 
     def _store(self, conn: Any, batch: list[Any]) -> Any:
-        """Write ``batch``, reconnecting (``RETRIES`` times) if the connection is the problem;
-        rows written before a connection was lost are not written again."""
-        params = []
+        """Write ``batch``, reconnecting with backoff while the connection is the problem
+        (until ``close``); rows written before a connection was lost are not written again."""
+        params = self._pending
         for row in batch:
             try:
                 params.append(row.as_params())
             except Exception as exc:  # the edge: one unreadable row costs only itself
                 self._drop(1, f"unreadable row: {exc!r}")
-        for attempt in range(RETRIES):
-            conn = self._guarded(lambda c: self._write(c, params), conn)
-            if conn is not None:
-                return conn
-            self.failing = True
-            time.sleep(RETRY_PAUSE * 2 ** attempt)
-        self._drop(len(params), f"no connection to the ledger: {self.last_error}")
-        return None
+        pause = RETRY_PAUSE
+        try:
+            while True:
+                conn = self._guarded(lambda c: self._write(c, params), conn)
+                if conn is not None:
+                    return conn
+                self.failing = True
+                if self._closed and time.monotonic() > self._close_by:  # unwritten rows are counted
+                    self._drop(len(params), f"no connection to the ledger at close: {self.last_error}")
+                    return None
+                time.sleep(pause)
+                pause = min(MAX_PAUSE, pause * 2)
+        finally:
+            params.clear()
+            self._pending_since = None
 
     def _write(self, conn: Any, params: list[dict[str, Any]]) -> None:
         """Write ``params`` (rows leave the list as they are written); raises only when

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from context_engine.proxy.reporting import ab_compare
+from context_engine.proxy.reporting import ab_compare, epochs
 from context_engine.proxy.reporting.aggregate import (
     Totals,
     by_rule,
@@ -62,6 +62,9 @@ def build(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
         data["rows"] = [t.as_dict() for t in totals_by(rows, by)]
     if any(r.get("mode") == "ab" for r in rows):
         data["ab"] = ab_compare.compare(rows)
+    compacted = epochs.by_session(rows)
+    if compacted:
+        data["epochs"] = [s.as_dict() for s in compacted]
     recalled = [r for r in rows if r.get("recall_rounds")]
     if recalled:
         data["recall"] = {
@@ -160,11 +163,29 @@ def render(data: dict[str, Any]) -> list[Any]:
         lines.append(f"recall: {rc['rounds']} follow-up calls in {rc['requests']} requests cost "
                      f"{rc['prompt_tokens']:,} input + {rc['completion_tokens']:,} output tokens "
                      f"(included above), against {rc['tokens_saved']:,} input tokens the rules saved")
+    if data.get("epochs"):
+        lines.append(_epochs_table(data["epochs"]))
     if data.get("cache_breaks"):
         lines.append(_breaks_table(data["cache_breaks"]))
     if "ab" in data:
         lines.append(_ab_table(data["ab"]))
     return lines
+
+
+def _epochs_table(sessions: list[dict[str, Any]]) -> Any:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="Compaction epochs by session (input-token equivalents: a miss re-bills "
+                        "the prefix once; each later request reads the cleared tokens no more)")
+    for col in ("session", "requests", "epochs", "tokens cleared", "miss", "saved since", "net"):
+        table.add_column(col, justify="left" if col == "session" else "right")
+    for s in sessions[:20]:
+        table.add_row(escape(s["session"]) + (" (prices assumed)" if s["assumed"] else ""),
+                      str(s["requests"]), str(s["epochs"]), f"{s['cleared_tokens']:,}",
+                      f"{s['miss_tokens']:,.0f}", f"{s['saved_tokens']:,.0f}",
+                      f"{s['net_tokens']:+,.0f}")
+    return table
 
 
 def _breaks_table(breaks: list[dict[str, Any]]) -> Any:

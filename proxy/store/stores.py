@@ -69,13 +69,14 @@ class DiskStore:
         self._cache.close()
 
 
-def open_store(url: str) -> Store:
-    """``memory://``, a directory path (diskcache), or ``redis://host:port/db``."""
+def open_store(url: str, ttl_s: float = 0.0) -> Store:
+    """``memory://``, a directory path (diskcache), or ``redis://host:port/db`` (whose
+    keys expire ``ttl_s`` seconds after their last write or read; 0 = never)."""
     if url.startswith("memory://"):
         return MemoryStore()
     if url.startswith(("redis://", "rediss://")):
         from context_engine.proxy.store.breaker import GuardedStore
         from context_engine.proxy.store.redis_store import RedisStore
 
-        return GuardedStore(RedisStore(url))
+        return GuardedStore(RedisStore(url, ttl_s=ttl_s))
     return DiskStore(url)

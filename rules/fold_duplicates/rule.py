@@ -59,6 +59,7 @@ from context_engine.proxy.engine.messages import (
     text_of,
     units,
 )
+from context_engine.proxy.engine.sessions import AGENT, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.fold_duplicates import patterns as fp
 
@@ -105,6 +106,7 @@ class _Work:
     closed_end: int
     counter: TokenCounter
     counts: Counter[str]
+    pins: frozenset[int] = frozenset()  # pinned user messages (the task; agents' instructions)
 
 
 class FoldDuplicates:
@@ -119,7 +121,8 @@ class FoldDuplicates:
         msgs = list(ctx.messages)
         head = system_prefix_len(msgs)
         w = _Work(msgs, list(msgs), head, last_user_index(msgs), self._closed_end(msgs, head),
-                  TokenCounter(ctx.encoding), Counter())
+                  TokenCounter(ctx.encoding), Counter(),
+                  frozenset(pinned(msgs, ctx.kind == AGENT)))
         if self.config.acks:
             self._fold_acks(w)
         if self.config.superseded:
@@ -156,7 +159,7 @@ class FoldDuplicates:
         for i in range(w.head, w.closed_end):
             m = w.msgs[i]
             text = m.get("content")
-            if i == w.last_user or m.get("role") not in ("user", "assistant"):
+            if i == w.last_user or i in w.pins or m.get("role") not in ("user", "assistant"):
                 continue
             if not isinstance(text, str) or not fp.is_ack(text, self.config.max_ack_chars):
                 continue
@@ -180,7 +183,7 @@ class FoldDuplicates:
                 continue
             text = m.get("content")
             change = fp.parse_config_change(text) if isinstance(text, str) else None
-            if change is None or i == w.last_user:
+            if change is None or i == w.last_user or i in w.pins:
                 prev = None
                 continue
             prev = self._supersede(w, prev, i, change)
@@ -223,7 +226,7 @@ class FoldDuplicates:
 
     def _eligible(self, w: _Work, i: int) -> bool:
         if w.msgs[i].get("role") == "user":
-            return i < w.closed_end and i != w.last_user
+            return i < w.closed_end and i != w.last_user and i not in w.pins
         return self.config.repeats_in_window or i < w.closed_end
 
     def _tool_repeat(self, w: _Work, i: int, calls: dict[str, tuple[str, str]],

@@ -12,6 +12,7 @@ POSITIONS = ("before_last_user", "after_system")
 
 @dataclass(frozen=True)
 class RetrieveConfig:
+    sessions: str = option("chat", "chat: long memory for chats only (an agent session keeps its turns; compact plans it); all: agent sessions too")
     window: int = option(4, "units (turns) always kept raw at the end of the request (summarize: window)")
     block: int = option(4, "older units leave the request in closed blocks of this size")
     min_closed_tokens: int = option(3000, "do nothing until the turns that would leave hold this many tokens (a cache miss must pay off)")
@@ -31,7 +32,7 @@ class RetrieveConfig:
     name_blind: bool = option(True, "search without the names of the conversation's speakers (each turn is said by one of them to the other: a name only finds the turns that say it)")
     date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
     gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
-    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system")
+    position: str = option("before_last_user", "where the zone goes: before_last_user | after_system (after the system prompt and the task)")
     embedder: str = option("auto", "auto | minilm | minilm-ort | hashing | litellm:<model>")
     keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
     context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")

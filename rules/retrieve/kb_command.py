@@ -30,7 +30,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
               "rule_options.retrieve.knowledge_dir or pass --dir", file=sys.stderr)
         return 2
     embedder = make_embedder(config.embedder)
-    store = open_store(settings.store)
+    store = open_store(settings.store, settings.store_ttl_days * 86400)
     start = time.perf_counter()
     rule = Retrieve(config, RuleDeps(store=store, embedder=embedder))
     seconds = time.perf_counter() - start

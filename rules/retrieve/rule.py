@@ -47,11 +47,12 @@ Risks
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from context_engine.proxy.engine.context import MemoryFigures, RequestContext
@@ -65,7 +66,9 @@ from context_engine.proxy.engine.messages import (
     system_prefix_len,
     text_of,
 )
+from context_engine.proxy.engine.sessions import AGENT, first_user_index
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.store.stores import StoreUnavailable
 from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
@@ -84,6 +87,21 @@ from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
 ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
+ZONE_PREFIX = "retrieve:zone:"
+
+
+@dataclass(frozen=True)
+class Zone:
+    """One user turn's memory zone as committed to the store: its text and what it cites."""
+
+    text: str
+    injected: tuple[str, ...] = ()
+    scores: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, hits: list[Hit]) -> Zone:
+        return cls(render(hits), tuple(f"{h.chunk.header}#{h.chunk.index}" for h in hits),
+                   tuple(h.score for h in hits))
 
 
 def _is_memory(m: Any) -> bool:
@@ -170,6 +188,8 @@ class Retrieve:
         return hits
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
+        if self.config.sessions == "chat" and ctx.kind == AGENT:
+            return ctx  # an agent works from its recent turns: compact plans its session
         if any(_is_memory(m) for m in ctx.messages):
             return ctx  # already rewritten: applying twice changes nothing more
         msgs = list(ctx.messages)
@@ -192,11 +212,11 @@ class Retrieve:
             unembedded, _ = idx.vectorize(cap=0)  # what the store has; the rest in background
             if unembedded:
                 self.ahead.fill(session, [idx.chunks[i].embed_text for i in unembedded])
-            zones = self._zones(msgs, head, cut, lu, idx, counter, keep)
+            zones = self._zones(msgs, head, cut, lu, idx, counter, keep, session)
             return self._rewritten(ctx, msgs, head, cut, lu, idx, zones, keep)
 
     def _rewritten(self, ctx: RequestContext, msgs: list[Any], head: int, cut: int, lu: int,
-                   idx: SessionIndex, zones: dict[int, tuple[str, list[Hit]]],
+                   idx: SessionIndex, zones: dict[int, Zone],
                    keep: frozenset[int]) -> RequestContext:
         if cut <= head and not zones:
             return ctx
@@ -204,23 +224,25 @@ class Retrieve:
         if out == ctx.messages:
             return ctx
         last = zones.get(lu)
-        injected = [f"{h.chunk.header}#{h.chunk.index}" for h in last[1]] if last else []
-        figures = MemoryFigures(injected, [h.score for h in last[1]] if last else [], cut - head,
+        injected = list(last.injected) if last else []
+        figures = MemoryFigures(injected, list(last.scores) if last else [], cut - head,
                                 len(idx.chunks), idx.oscillation(injected))
         note = {**asdict(figures), "embedder": self.embedder.name,
                 "zones": len(zones), "unembedded": len(idx.missing())}
         return ctx.replace(messages=out, memory=figures).with_note(self.name, note)
 
     def _zones(self, msgs: list[Any], head: int, cut: int, lu: int, idx: SessionIndex,
-               counter: TokenCounter, keep: frozenset[int]) -> dict[int, tuple[str, list[Hit]]]:
+               counter: TokenCounter, keep: frozenset[int], session: str) -> dict[int, Zone]:
         """The memory zone of each user turn of the current block epoch, oldest first.
 
         A user turn's zone is what was retrieved when it was the last message: same
-        closed prefix (same epoch), same window before it, so it is recomputed
-        byte-identically on later requests and the cached prefix stays valid. All zones
-        together never cost more than the history they replace.
+        closed prefix (same epoch), same window before it. It is committed to the store
+        the first time (``retrieve:zone:<key>``, "none" included), and later requests,
+        on any replica, send the committed text: the cached prefix stays valid whatever
+        the background has embedded since. All zones together never cost more than the
+        history they replace.
         """
-        zones: dict[int, tuple[str, list[Hit]]] = {}
+        zones: dict[int, Zone] = {}
         users = [i for i in range(cut, lu + 1) if msgs[i].get("role") == "user"]
         if self.config.position == "after_system":
             users = [lu]
@@ -231,28 +253,62 @@ class Retrieve:
         for u in users:
             if u != lu and self.tail.epoch_cut(msgs[: u + 1], counter) != cut:
                 continue
-            query = text_of(msgs[u])
-            window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z[0] for z in zones.values()]
-            if not self._needs_memory(query, window, idx):
-                continue
-            wanted = self.config.broad_budget if self.config.broad_budget and is_broad(query) \
-                else self.params.max_tokens
-            budget = min(wanted, left - ZONE_OVERHEAD)
-            hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
-            if hits:
-                zones[u] = (render(hits), hits)
-                left -= counter.message({"role": "user", "content": zones[u][0]})
+            key = ZONE_PREFIX + fingerprint(session, cut, [text_of(m) for m in msgs[head:u + 1]])
+            found, zone = self._committed(key)
+            if not found:
+                query = text_of(msgs[u])
+                window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z.text for z in zones.values()]
+                zone = None
+                if self._needs_memory(query, window, idx):
+                    wanted = self.config.broad_budget if self.config.broad_budget and is_broad(query) \
+                        else self.params.max_tokens
+                    budget = min(wanted, left - ZONE_OVERHEAD)
+                    hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
+                    zone = Zone.of(hits) if hits else None
+                zone = self._commit(key, zone)
+            if zone is not None:
+                zones[u] = zone
+                left -= counter.message({"role": "user", "content": zone.text})
         return zones
 
+    def _committed(self, key: str) -> tuple[bool, Zone | None]:
+        """(found, zone) of a committed decision; not found when the store is down."""
+        try:
+            raw = self.deps.store.get(key)
+        except StoreUnavailable:
+            return False, None
+        if raw is None:
+            return False, None
+        try:
+            data = json.loads(raw)
+            return True, (Zone(str(data["text"]), tuple(data["injected"]), tuple(data["scores"]))
+                          if data else None)
+        except (ValueError, KeyError, TypeError):  # unreadable: decide again
+            return False, None
+
+    def _commit(self, key: str, zone: Zone | None) -> Zone | None:
+        """Commit ``zone`` unless another request did first; the committed one."""
+        try:
+            found, earlier = self._committed(key)
+            if found:
+                return earlier
+            self.deps.store.set(key, json.dumps(asdict(zone) if zone else {}).encode())
+        except StoreUnavailable:
+            pass
+        return zone
+
     def _assemble(self, msgs: list[Any], head: int, cut: int,
-                  zones: dict[int, tuple[str, list[Hit]]], keep: frozenset[int]) -> list[Any]:
-        kept = [msgs[i] for i in sorted(keep)]
-        if self.config.position == "after_system":
-            zone = [{"role": "user", "content": z[0]} for z in zones.values()]
-            return separate_users(list(msgs[:head]) + zone + kept + list(msgs[cut:]), msgs)
+                  zones: dict[int, Zone], keep: frozenset[int]) -> list[Any]:
+        order = sorted(keep)
+        kept = [msgs[i] for i in order]
+        if self.config.position == "after_system":  # after the task, which is pinned
+            zone = [{"role": "user", "content": z.text} for z in zones.values()]
+            pinned = 1 if order and order[0] == first_user_index(msgs) else 0
+            return separate_users(list(msgs[:head]) + kept[:pinned] + zone + kept[pinned:]
+                                  + list(msgs[cut:]), msgs)
         out = list(msgs[:head]) + kept
         for i in range(cut, len(msgs)):
             if i in zones:
-                out.append({"role": "user", "content": zones[i][0]})
+                out.append({"role": "user", "content": zones[i].text})
             out.append(msgs[i])
         return separate_users(out, msgs)  # never two user messages in a row

@@ -22,7 +22,8 @@ from context_engine.proxy.engine.messages import (
     system_prefix_len,
     units,
 )
-from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.engine.sessions import first_user_index
+from context_engine.proxy.engine.tokens import REPLY_PRIMING, TokenCounter
 
 
 @dataclass(frozen=True)
@@ -51,31 +52,46 @@ class Tail:
         ``min_closed_tokens`` and ``min_drop_ratio`` times what stays uncached (system +
         the next ``window`` units); if the newest fails, the one before is tried, so a
         prefix that was dropped once stays dropped (no flip-flop of the cached prefix).
+
+        Linear: each message is counted once and every boundary reads running sums (the
+        messages kept for the largest cut are those kept for any smaller one, below it:
+        every boundary is a unit boundary).
         """
         head = system_prefix_len(msgs)
         spans = units(msgs, head)
         lu = last_user_index(msgs)
-        for k in range(closed_block_count(len(spans), self.window, self.block), 0, -1):
-            end = spans[k * self.block - 1][1]
-            if 0 <= lu < end:
-                end = max([b for b, _ in spans if b <= lu] + [head])
-            if end > head and self._pays_off(msgs, head, end, counter):
+        closed = closed_block_count(len(spans), self.window, self.block)
+        if not closed:
+            return head
+        lu_start = max([b for b, _ in spans if b <= lu] + [head])
+        ends = [lu_start if 0 <= lu < spans[k * self.block - 1][1] else spans[k * self.block - 1][1]
+                for k in range(closed, 0, -1)]
+        keep = self.kept(msgs, head, max(ends))
+        total, leave = [0], [0]  # running token sums: all messages, and those that may leave
+        for i, m in enumerate(msgs):
+            n = counter.message(m)
+            total.append(total[-1] + n)
+            leave.append(leave[-1] + (n if i >= head and i not in keep else 0))
+        starts = {b: k for k, (b, _) in enumerate(spans)}
+        for end in ends:
+            if end <= head:
+                continue
+            leaving = leave[end] - leave[head] + REPLY_PRIMING
+            k = starts.get(end)
+            after = spans[min(len(spans), k + self.window) - 1][1] if k is not None and self.window > 0 \
+                else end
+            staying = total[head] + total[after] - total[end] + REPLY_PRIMING
+            if leaving >= max(self.min_closed_tokens, self.min_drop_ratio * staying):
                 return end
         return head
 
-    def _pays_off(self, msgs: list[Any], head: int, end: int, counter: TokenCounter) -> bool:
-        keep = self.kept(msgs, head, end)
-        leaving = counter.messages([msgs[i] for i in range(head, end) if i not in keep])
-        after = units(msgs, end)[: self.window]
-        staying = counter.messages(msgs[:head] + msgs[end:after[-1][1] if after else end])
-        return leaving >= max(self.min_closed_tokens, self.min_drop_ratio * staying)
-
     def kept(self, msgs: list[Any], head: int, cut: int) -> frozenset[int]:
-        """Messages of ``head:cut`` that stay: summaries (with the line after them), system
-        and developer messages, units holding images, audio or files (with the reply to
-        a user message, so two user messages never meet), and tool-call units if
-        configured."""
-        keep = {i for i in range(head, cut) if is_summary(msgs[i])
+        """Messages of ``head:cut`` that stay: the task (the first user message, pinned),
+        summaries (with the line after them), system and developer messages, units holding
+        images, audio or files (with the reply to a user message, so two user messages
+        never meet), and tool-call units if configured."""
+        task = first_user_index(msgs)
+        keep = {i for i in range(head, cut) if is_summary(msgs[i]) or i == task
                 or msgs[i].get("role") in ("system", "developer")}
         keep |= {i + 1 for i in keep if i + 1 < cut and is_injected_ack(msgs, i + 1)}
         spans = units(msgs[:cut], head)

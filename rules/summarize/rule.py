@@ -1,7 +1,8 @@
 """summarize: turns older than the recent window become one structured summary per block.
 
 What it does
-    After the system prompt(s), the history is cut into units (a user message; an
+    After the system prompt(s) and the task (the first user message, pinned), the
+    history is cut into units (a user message; an
     assistant message with the tool results answering it; any other message) and the
     units into blocks of ``block`` units counted from the start. Every block wholly older
     than the last ``window`` units is *closed* and replaced by one ``user`` message that
@@ -67,6 +68,7 @@ from context_engine.proxy.engine.messages import (
     units,
 )
 from context_engine.proxy.engine.originals import cites_original, keep_original
+from context_engine.proxy.engine.sessions import AGENT, first_user_index, pinned_prefix_len
 from context_engine.proxy.engine.tokens import REPLY_PRIMING, TokenCounter
 from context_engine.rules.summarize.llm import LiteLLMSummarizer, transcript
 from context_engine.rules.summarize.slots import Slots, extract_slots
@@ -122,6 +124,8 @@ class Summarize:
                                  config.item_chars)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
+        if ctx.kind == AGENT:
+            return ctx  # an agent works from its own steps: compact plans its session
         msgs = ctx.messages
         start, blocks = self._closed_blocks(msgs)
         if not blocks or not _at_least(TokenCounter(ctx.encoding), msgs, self.config.min_tokens):
@@ -131,7 +135,8 @@ class Summarize:
         missing = [i for i, k in enumerate(keys) if found[k] is None]
         llm_used = 0
         if missing:
-            fresh, llm_used = await self._summarize(msgs, blocks, keys, missing, ctx.encoding)
+            fresh, llm_used = await self._summarize(msgs, blocks, keys, missing, ctx.encoding,
+                                                    ctx.caller)
             found.update(fresh)
         out: list[Any] = list(msgs[:start])
         raw_blocks = 0
@@ -155,7 +160,8 @@ class Summarize:
         to its own output changes nothing. No block may reach the last user turn.
         """
         last_user = last_user_index(msgs)
-        start = system_prefix_len(msgs)
+        start = pinned_prefix_len(msgs) if 0 <= first_user_index(msgs) < last_user \
+            else system_prefix_len(msgs)  # the task stays
         for i in range(start, max(last_user, start)):
             content = msgs[i].get("content")
             if (isinstance(content, str) and content.startswith(SUMMARY_HEADER)
@@ -182,8 +188,9 @@ class Summarize:
 
     async def _summarize(self, msgs: list[Any], blocks: list[tuple[int, int]],
                          keys: list[str], missing: list[int],
-                         encoding: str) -> tuple[dict[str, bytes], int]:
-        """Summaries of the blocks not in the store yet; the first one stored wins."""
+                         encoding: str, caller: str) -> tuple[dict[str, bytes], int]:
+        """Summaries of the blocks not in the store yet; the first one stored wins. The
+        blocks' tool results are kept for ``caller`` (a summary line cites them)."""
         llm: dict[int, Slots | None] = {}
         if self.summarizer is not None and self.config.summary_max_calls > 0:
             chosen = missing[-self.config.summary_max_calls:]
@@ -195,7 +202,7 @@ class Summarize:
         fresh: dict[str, bytes] = {}
         for i in missing:
             block = msgs[blocks[i][0]:blocks[i][1]]
-            self._keep_originals(block)
+            self._keep_originals(block, caller)
             value = self._summary_bytes(block, llm.get(i), counter)
             earlier = self.store.get(keys[i])  # a concurrent request may have stored one
             if earlier is None:
@@ -218,12 +225,12 @@ class Summarize:
         block_tokens = sum(counter.message(m) for m in block)
         return content.encode() if summary_tokens < block_tokens else RAW
 
-    def _keep_originals(self, block: list[Any]) -> None:
+    def _keep_originals(self, block: list[Any], caller: str) -> None:
         for m in block:
             content = m.get("content")
             if m.get("role") == "tool" and isinstance(content, str) and content:
                 if not cites_original(content):  # a marker's original is stored already
-                    keep_original(self.store, content)
+                    keep_original(self.store, content, scope=caller)
 
 
 def _at_least(counter: TokenCounter, msgs: list[Any], tokens: int) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from typing import Any
 
 from context_engine.proxy.engine.memo import BoundedCache
@@ -47,7 +48,7 @@ class Repeats:
         found = self._memo.get(key, _MISSING)
         if found is _MISSING:
             found = _parse_object(text, self._opts)
-            self._memo.put(key, found, 2 * len(text))
+            self._memo.put(key, found, held_bytes(found))
         return found if isinstance(found, dict) else None
 
     def diff(self, text: str) -> str | None:
@@ -89,6 +90,21 @@ def identity(value: dict[str, Any]) -> Identity | None:
     if not shown or "\n" in shown or "\n" in key or len(shown) > 80:
         return None
     return key, shown
+
+
+def held_bytes(value: Any) -> int:
+    """Bytes a parsed JSON value holds: every container and scalar in it (a parsed
+    object takes several times its text)."""
+    total, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        total += sys.getsizeof(v)
+        if isinstance(v, dict):
+            stack += v.keys()
+            stack += v.values()
+        elif isinstance(v, list):
+            stack += v
+    return total
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -36,7 +36,7 @@ nearest earlier assistant message, has the result's ``tool_call_id``):
    then at most ``max_chars`` long, so a second pass leaves it alone.
 
 Every rewritten original is stored under ``original_id(content)`` =
-``orig:<first 12 hex of sha256>``; the note lists ``[tool_call_id, id]`` pairs. A result
+``orig:<first 12 hex of sha256>``, for the request's caller only; the note lists ``[tool_call_id, id]`` pairs. A result
 is replaced only when the new text has strictly fewer tokens.
 
 ## Why
@@ -187,11 +187,10 @@ class ToolJson:
             folded = lines.fold(text) if lines is not None else None
             if folded is not None:
                 text, kind = folded, "lines"
-                self._store(content)
             if text != content and counter.text(text) < counter.text(content):
                 out[i] = {**m, "content": text}
                 kinds[kind] = kinds.get(kind, 0) + 1
-                originals.append([call_id, original_id(content)])
+                originals.append([call_id, keep_original(self.deps.store, content, scope=ctx.caller)])
             if lines is not None:
                 lines.shown(call_id, text if out[i] is not m else content)
         if not kinds:
@@ -209,7 +208,6 @@ class ToolJson:
         limit = self.config.max_chars
         if diff is not None and counter.text(diff) < counter.text(text) and \
                 (limit <= 0 or len(diff) <= limit):
-            self._store(content)
             return diff, "diff"
         repeats.shown(call_id, content)
         return text, "lossless"
@@ -221,8 +219,6 @@ class ToolJson:
         if found is _MISSING:
             found = self._rewrite_fresh(text, tool, None)
             self._done.put(key, found)
-        elif found is not None:  # a fresh rewrite stored the original: keep it there (eviction)
-            self._store(text)
         return cast("tuple[str, str] | None", found)
 
     def _rewrite_fresh(self, text: str, tool: str, later: list[str] | None) -> tuple[str, str] | None:
@@ -249,7 +245,6 @@ class ToolJson:
                 if kept != value:
                     value, kind = kept, "learned"
                     cuts.append("unused fields")
-        self._store(text)
         opts = dataclasses.replace(self._opts, ascii_only=text.isascii())
         body = compact(value, opts) if value is not None else ""
         if cuts:
@@ -257,11 +252,8 @@ class ToolJson:
         clipped = self._clip(body, text)
         return clipped, ("clipped" if clipped != body else kind)
 
-    def _store(self, original: str) -> str:
-        return keep_original(self.deps.store, original)
-
     def _marker(self, original: str, what: str) -> str:
-        return f"[tool_json: {what}; original: {self._store(original)}]"
+        return f"[tool_json: {what}; original: {original_id(original)}]"
 
     def _clip(self, body: str, original: str) -> str:
         """Head and tail of ``body`` around a marker, at most ``max_chars`` long in all."""

@@ -88,6 +88,7 @@ from context_engine.proxy.engine.messages import (
     last_user_index,
     system_prefix_len,
 )
+from context_engine.proxy.engine.sessions import AGENT, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.zones.fence import (
     close_tag,
@@ -143,7 +144,8 @@ class Zones:
         out: list[Any] = list(messages)
         wrapped: Counter[str] = Counter()
         defanged = 0
-        skip = {last_user_index(messages), *range(system_prefix_len(messages))}
+        skip = {last_user_index(messages), *pinned(messages, ctx.kind == AGENT),
+                *range(system_prefix_len(messages))}
         for i, m in enumerate(messages):
             zone = None if i in skip else self._zone_for(m)
             if zone is None:

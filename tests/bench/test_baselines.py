@@ -22,7 +22,7 @@ def test_last_n_widens_to_the_tool_call_of_a_tool_result():
     messages = agent_messages()  # ..., user "And the gate?", assistant call c2, tool c2
     out = last_n(messages, 1)
     assert out == [SYSTEM, messages[5], messages[6], messages[7]]
-    assert rewrite_problems(messages, out) == []
+    assert rewrite_problems(messages, out, pins=False) == []
 
 
 def test_last_n_keeps_the_last_user_turn_outside_the_window():
@@ -64,7 +64,7 @@ conversations = st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_
 @given(conversations, st.integers(min_value=1, max_value=15))
 def test_baselines_always_give_a_valid_request(messages, n):
     for out in (last_n(messages, n), mask_observations(messages, n % 4)):
-        assert rewrite_problems(messages, out) == []
+        assert rewrite_problems(messages, out, pins=False) == []
     assert len(last_n(messages, n)) <= len(messages)
     tools = [m for m in mask_observations(messages, 2) if m["role"] == "tool"]
     assert all(m["content"].startswith("[old tool output") for m in tools[:-2])

@@ -10,6 +10,7 @@ import yaml
 
 from context_engine.proxy.billing.pricing import context_window
 from context_engine.proxy.engine.messages import SUMMARY_HEADER
+from context_engine.proxy.engine.originals import stored_original
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.budget import Budget, BudgetConfig
 from tests.harness import assert_valid_rewrite, content, make_ctx, make_deps, run_rule
@@ -46,13 +47,15 @@ def test_drop_order_follows_the_priority_list():
     expected = [["tool_output"], ["tool_output", "snippet"],
                 ["tool_output", "snippet", "summary_detail"],
                 ["tool_output", "snippet", "summary_detail", "summary"],
-                ["tool_output", "snippet", "summary_detail", "summary", "turn"]]
+                # the task (the first user message) is pinned: the tool-call unit goes instead
+                ["tool_output", "snippet", "summary_detail", "summary", "turn", "turn"]]
     for want in expected:
         kinds, after = drops_at(budget)
         assert kinds == want
         budget = after - 1
     out = run_rule(Budget, history(), max_input_tokens=1)
-    assert out.messages == [history()[0], history()[-1]]  # all else went, the pair whole
+    # all else went: the system prompt, the task, the reply keeping the two user turns apart
+    assert out.messages == [history()[0], history()[1], history()[-2], history()[-1]]
 
 
 def test_what_cannot_fit_is_forwarded_and_recorded():
@@ -69,7 +72,7 @@ def test_dropped_tool_outputs_are_kept_in_the_store():
     out = run_rule(Budget, history(), deps=deps, max_input_tokens=COUNTER.messages(history()) - 1)
     stub = content(out.messages[3])
     oid = stub.rsplit("orig:", 1)[1]
-    assert deps.store.get("orig:" + oid) == history()[3]["content"].encode()
+    assert stored_original(deps.store, "orig:" + oid, scope="") == history()[3]["content"]
 
 
 def test_the_budget_comes_from_the_model_window_minus_max_tokens():
@@ -120,12 +123,15 @@ def test_summarize_then_budget_through_the_engine(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"rule_options": {
         "summarize": {"min_tokens": 0, "block": 4}, "budget": {"max_input_tokens": 300}}}))
-    settings = load_settings(flags={"rules": "summarize,budget", "store": "memory://"}, env={},
-                             config_path=str(config))
+    # a chat with one tool call (an agent session keeps every user turn: they are pinned)
+    settings = load_settings(flags={"rules": "summarize,budget", "store": "memory://",
+                                    "session_kind": "chat"}, env={}, config_path=str(config))
     msgs = history() + [{"role": "assistant", "content": f"Reply {i} about booking HAT0{i}."}
                         if i % 2 else {"role": "user", "content": f"Question {i} on HAT0{i}?"}
                         for i in range(1, 20)]
     result = asyncio.run(Engine(settings).rewrite({"model": "gpt-4o", "messages": msgs}, "s1")).result
     assert not result.failed_open and not any(j.error for j in result.journal)
     assert [j.rule for j in result.journal] == ["summarize", "budget"]
-    assert result.tokens_after <= 300 < result.tokens_before
+    assert result.journal[-1].tokens_after <= 300 < result.tokens_before
+    # recall's marker line (and the reply that keeps two user turns apart) come after the rules
+    assert result.tokens_after <= 300 + 40

@@ -57,16 +57,30 @@ def test_cold_rewrite_is_a_function_of_request_and_store():
     assert out_json(b, msgs) == out_json(b, msgs)
 
 
-def test_once_the_background_embedded_the_session_it_is_searched_in_full():
+def test_once_the_background_embedded_the_turns_they_are_searched_in_full():
     store = MemoryStore()
     capped = rule(make_deps(store=store, embedder=HashingEmbedder()), max_embed=4)
     msgs = cold_history()
-    apply(capped, msgs)
+    first = out_json(capped, msgs)
     assert capped.prefetch() > 100  # the background lane embeds what the request left
-    warm = out_json(capped, msgs)
-    full = rule(make_deps(store=MemoryStore(), embedder=HashingEmbedder()), max_embed=0)
-    assert warm == out_json(full, msgs)  # the same bytes as an uncapped search
+    # the session keeps the zone it committed: what the background did since never
+    # changes bytes already sent (replicas and the cached prefix agree)
+    assert out_json(capped, msgs) == first
     assert capped.sessions["s1"].missing() == []
+    # a new decision (here another session over the same turns) is the full search
+    warm = out_json(capped, msgs, "s2")
+    full = rule(make_deps(store=MemoryStore(), embedder=HashingEmbedder()), max_embed=0)
+    assert warm == out_json(full, msgs, "s2")
+
+
+def test_replicas_send_the_zone_committed_first_whatever_their_background_did():
+    store = MemoryStore()
+    a = rule(make_deps(store=store, embedder=HashingEmbedder()), max_embed=2)
+    b = rule(make_deps(store=store, embedder=HashingEmbedder()), max_embed=2)
+    msgs = cold_history()
+    sent = out_json(a, msgs)
+    a.prefetch()  # replica a's background embeds everything; b's did nothing
+    assert out_json(b, msgs) == sent == out_json(a, msgs)
 
 
 def test_no_embedding_before_anything_is_dropped():

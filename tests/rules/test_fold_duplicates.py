@@ -107,7 +107,7 @@ def test_without_system_prompt_and_with_parts_content() -> None:
             {"role": "user", "content": parts}, {"role": "assistant", "content": "Yes?"},
             {"role": "user", "content": "What is my balance?"}]
     out = run_rule(FoldDuplicates, msgs, recent_turns=1, block_turns=1).messages
-    assert out == msgs[1:]  # the leading "ok" goes; a multi-part message is left alone
+    assert out == msgs  # the leading "ok" is the task (pinned); a multi-part message is left alone
 
 
 def test_tool_arguments_that_are_not_json_compare_as_text() -> None:

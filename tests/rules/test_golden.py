@@ -22,6 +22,7 @@ def test_every_golden_file_names_a_registered_rule() -> None:
 
 @pytest.mark.parametrize(("rule", "case"), CASES)
 def test_golden(rule: str, case: dict[str, Any]) -> None:
-    out = run_rule(REGISTRY[rule], case["input"], **case["options"])
+    # ``context``: RequestContext fields a case fixes (kind: chat for a chat with tool calls)
+    out = run_rule(REGISTRY[rule], case["input"], ctx_kw=case.get("context"), **case["options"])
     assert out.messages == case["expected"]
     assert_valid_rewrite(case["input"], out)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from context_engine.proxy.engine.messages import SUMMARY_HEADER
 from context_engine.rules.summarize.llm import LiteLLMSummarizer, parse_slots, transcript
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from context_engine.rules.summarize.slots import Slots
@@ -90,7 +91,7 @@ def summarize_with(server: ThreadingHTTPServer, timeout: float = 60.0) -> Any:
 def test_the_model_fills_the_slots_once_per_block(upstream):
     out = summarize_with(upstream)
     assert_valid_rewrite(chat(), out)
-    summary = out.messages[1]["content"]
+    summary = next(m["content"] for m in out.messages if m["content"].startswith(SUMMARY_HEADER))
     assert "- flight HAT069 on 2024-05-20" in summary and "- aisle seat" in summary
     assert out.notes["summarize"]["llm_blocks"] == 1
     sent = upstream.requests[0]

@@ -60,6 +60,11 @@ OPTIONS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "embedder": st.just("hashing"), "threshold": st.sampled_from([0.0, 0.3]), "max_embed": st.just(0),
         "keep_tool_units": st.booleans(),
         "position": st.sampled_from(["before_last_user", "after_system"])}),
+    "compact": st.fixed_dictionaries({
+        "sessions": st.just("all"), "trigger_tokens": st.integers(0, 200),
+        "clear_at_least": st.integers(0, 50), "min_item_tokens": st.integers(0, 20),
+        "keep_recent": st.integers(0, 2), "keep_prose": st.integers(0, 2),
+        "prose": st.booleans(), "min_horizon": st.just(1000), "max_horizon": st.just(1000)}),
     "zones": st.fixed_dictionaries({"secret": st.just("property-secret"),
                                     "wrap_user": st.booleans()}),
     "budget": st.fixed_dictionaries({"max_input_tokens": st.integers(1, 600),
@@ -153,7 +158,7 @@ def test_every_rule_keeps_every_invariant(name: str, data: st.DataObject) -> Non
     deps = _deps()
     out = _apply(name, msgs, options, deps)
 
-    assert rewrite_problems(msgs, out.messages, out.system_line) == []
+    assert rewrite_problems(msgs, out.messages, out.system_line, out.kind) == []
     if name in ADDS_TOKENS:
         added = COUNTER.request(out.messages) - COUNTER.request(msgs)
         assert added == (out.notes[name]["added_tokens"] if name in out.notes else 0)

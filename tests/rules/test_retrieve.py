@@ -94,7 +94,7 @@ def test_a_turn_needs_memory_when_it_mainly_asks_about_what_the_window_lacks(tur
 
 
 def test_a_chat_turn_that_mostly_tells_gets_no_zone_and_a_question_does():
-    facts = {0: "We saw the band Midnight Owls at the Riverside concert hall."}
+    facts = {1: "We saw the band Midnight Owls at the Riverside concert hall."}
     told = ("I painted all weekend, the canvas is huge and the colours came out bright and "
             "warm and my kids loved it! Do you like concerts?")
     assert memory_of(apply(rule(), chat(facts, 6, told)).messages) == []

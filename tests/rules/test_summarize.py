@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from context_engine.proxy.engine.messages import SUMMARY_HEADER, units
+from context_engine.proxy.engine.originals import stored_original
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from context_engine.rules.summarize.slots import Slots
@@ -41,11 +42,11 @@ def test_raw_tail_holds_window_to_window_plus_block_units():
     for n_pairs in range(4, 14):
         msgs = chat(n_pairs)
         out = run_rule(Summarize, msgs, min_tokens=0, window=6, block=4)
-        raw_from = out.notes["summarize"]["raw_from"] if "summarize" in out.notes else 1
+        raw_from = out.notes["summarize"]["raw_from"] if "summarize" in out.notes else 2
         tail_units = len(units(msgs, raw_from))
         assert 6 <= tail_units <= 6 + 4 - 1
         summaries = [m for m in out.messages if content(m).startswith(SUMMARY_HEADER)]
-        assert len(summaries) == (len(units(msgs, 1)) - 6) // 4
+        assert len(summaries) == (len(units(msgs, 2)) - 6) // 4  # after the task (pinned)
 
 
 def test_a_closed_block_keeps_its_first_summary_forever():
@@ -63,7 +64,8 @@ def test_a_closed_block_keeps_its_first_summary_forever():
     deps = make_deps(summarizer=fake)
     rule = Summarize(SummarizeConfig(min_tokens=0, window=2, block=2), deps)
     first = apply(rule, chat(3)).messages
-    assert "version 1" in first[1]["content"] and fake.calls == 2
+    summary = next(m for m in first if content(m).startswith(SUMMARY_HEADER))
+    assert "version 1" in summary["content"] and fake.calls == 2
     again = apply(rule, chat(3)).messages
     assert again == first and fake.calls == 2  # served from the store, never regenerated
     longer = apply(rule, chat(4)).messages
@@ -103,6 +105,8 @@ def test_tool_originals_are_stored_and_named_in_tool_results():
     big = json.dumps({"reservation_id": "ZFA04Y", "status": "confirmed",
                       "flights": [{"n": i, "origin": "JFK"} for i in range(20)]})
     msgs = [{"role": "system", "content": "Agent."},
+            {"role": "user", "content": "I have a question about my trip."},
+            {"role": "assistant", "content": "Sure."},
             {"role": "user", "content": "Show reservation ZFA04Y please."},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
              "function": {"name": "get_reservation", "arguments": '{"id": "ZFA04Y"}'}}]},
@@ -110,11 +114,13 @@ def test_tool_originals_are_stored_and_named_in_tool_results():
             {"role": "assistant", "content": "It is confirmed."},
             {"role": "user", "content": "Thanks."}]
     deps = make_deps()
-    out = run_rule(Summarize, msgs, deps=deps, min_tokens=0, window=2, block=2)
-    summary = content(out.messages[1])
+    out = run_rule(Summarize, msgs, deps=deps, ctx_kw={"kind": "chat"}, min_tokens=0, window=1,
+                   block=2)  # a chat that used a tool (session_kind: chat); the task is pinned
+    summary = next(content(m) for m in out.messages if content(m).startswith(SUMMARY_HEADER)
+                   and "[orig:" in content(m))
     oid = summary.split("[orig:")[1][:12]
     assert "get_reservation(id=ZFA04Y) → reservation_id=ZFA04Y, status=confirmed" in summary
-    assert deps.store.get("orig:" + oid) == big.encode()
+    assert stored_original(deps.store, "orig:" + oid, scope="") == big
 
 
 def test_a_client_message_that_looks_like_a_summary_is_left_alone():

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_engine.proxy.engine.originals import original_id
+from context_engine.proxy.engine.originals import original_id, store_key, stored_original
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules import REGISTRY
@@ -127,7 +127,7 @@ def test_template_paths_option_adds_templates_with_aliases_and_clip(tmp_path):
     text = content(out.messages[3])
     assert text.startswith("id:A_1\nn:a ver...\n[tool_json: template cut; original: orig:")
     key = text.rsplit("original: ", 1)[1].rstrip("]")
-    assert deps.store.get(key) == msgs[3]["content"].encode()
+    assert stored_original(deps.store, key, scope="") == msgs[3]["content"]
 
 
 def test_learned_paths_generalise_ids_and_keep_identifiers():
@@ -166,7 +166,7 @@ def test_lossless_rewrite_stores_the_original_and_notes_the_kind():
     key = original_id(msgs[3]["content"])
     assert out.notes["tool_json"] == {"lossless": 1, "originals": [["c1", key]]}
     assert "[tool_json" not in content(out.messages[3])
-    assert store.get(key) == msgs[3]["content"].encode()
+    assert stored_original(store, key, scope="") == msgs[3]["content"]
 
 
 def test_truncated_json_is_treated_as_text():
@@ -252,7 +252,7 @@ def test_a_resent_result_is_rewritten_alike_and_its_original_stays_stored():
                 result("c1", ROWS), call("c2", "grep", {"q": "b"}), result("c2", big)]
     first = asyncio.run(rule.apply(make_ctx(messages)))
     kept = {k: v for k, v in store._data.items()}
-    assert original_id(json.dumps(ROWS)) in kept and original_id(big) in kept
+    assert store_key(original_id(json.dumps(ROWS)), "") in kept and store_key(original_id(big), "") in kept
     store._data.clear()  # evicted, restarted store, ...
     again = asyncio.run(rule.apply(make_ctx(json.loads(json.dumps(messages)))))
     assert json.dumps(again.messages) == json.dumps(first.messages)

@@ -85,11 +85,13 @@ def test_every_payload_stays_inside_its_zone():
                 if zone == "tool":
                     msgs = _as_tool_result(case, text)
                 else:  # an earlier user message, fenced with wrap_user
-                    msgs = [{"role": "user", "content": text},
+                    msgs = [{"role": "user", "content": "I need your help with a document."},
+                            {"role": "assistant", "content": "Sure, send it."},
+                            {"role": "user", "content": text},
                             {"role": "assistant", "content": "Noted."},
                             {"role": "user", "content": "Please answer."}]
                 out = _rewrite(msgs, session, wrap_user=True)
-                idx = len(msgs) - 1 if zone == "tool" else 0
+                idx = len(msgs) - 1 if zone == "tool" else 2  # the task itself is pinned
                 why = _escape(out[idx], zone, text, payload, marker)
                 checked += 1
                 if why:

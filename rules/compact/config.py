@@ -1,0 +1,28 @@
+"""The options of ``compact`` (``context-engine rules`` lists them with their help)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from context_engine.proxy.engine.contract import option
+
+SESSIONS = ("agent", "all")
+
+
+@dataclass(frozen=True)
+class CompactConfig:
+    sessions: str = option("agent", "agent: plan only agent sessions (tool calls or text-action observations); all: chats too")
+    trigger_tokens: int = option(12000, "an epoch may fire once the request as it would be sent holds this many tokens")
+    trigger_share: float = option(0.0, "…or this share of the model's input window, when larger than 0 and the window is known (the lower of the two)")
+    keep_recent: int = option(4, "the last results (tool results, observations) always kept whole")
+    keep_prose: int = option(4, "the last assistant turns whose text is always kept whole (prose: on)")
+    prose: bool = option(True, "old assistant turns' text is cleared too (their tool calls stay)")
+    min_item_tokens: int = option(60, "a result or text shorter than this is never cleared (its placeholder would cost about as much)")
+    gist_chars: int = option(300, "a cleared result keeps its skeleton in its placeholder, up to this many characters: definitions with their line numbers, path:line of search hits, traceback frames, errors (0 = the id alone)")
+    clear_at_least: int = option(3000, "an epoch clears at least this many tokens, or does not fire")
+    horizon: float = option(1.0, "expected remaining requests = this times the requests so far (the planner's guess at the session's length)")
+    min_horizon: int = option(4, "expected remaining requests at least")
+    max_horizon: int = option(100, "expected remaining requests at most")
+    cache_ttl: float = option(300.0, "seconds after which the provider's cache is taken as cold: the next request compacts at no miss cost (0 = never)")
+    assumed_cache_read: float = option(0.1, "cached-read price over the input price for models litellm's map does not know")
+    assumed_cache_write: float = option(1.0, "cache-write price over the input price for models the map does not know (Anthropic: 1.25)")

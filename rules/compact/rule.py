@@ -1,0 +1,203 @@
+"""compact: compaction epochs for agent sessions.
+
+What it does
+    In an agent session (``proxy/engine/sessions.py``) old tool results, a harness's
+    observations and (``prose``) the text of old assistant turns are cleared in rare
+    steps, the epochs. Each cleared item becomes an in-place placeholder naming its own
+    ``orig:`` id, which ``context_recall`` redeems::
+
+        [context-engine:cleared] 57 lines of tool output; original: orig:1a2b3c4d5e6f
+
+    The last ``keep_recent`` results and ``keep_prose`` assistant texts stay whole;
+    system and developer messages, the task and every instruction are pinned. Between
+    epochs nothing changes: each request is the one before plus what the client
+    appended, so the provider's cached prefix keeps hitting.
+
+When
+    An epoch fires when the request as it would be sent holds ``trigger_tokens`` (or
+    ``trigger_share`` of the model's window) and clearing pays (``planner.py``): the
+    cleared tokens at the cached price over the session's expected remaining requests
+    beat the one-time miss (the new prefix uncached, plus the write premium), and it
+    clears at least ``clear_at_least``. A session idle past ``cache_ttl`` has lost its
+    cached prefix anyway: its next request compacts at no miss cost.
+
+Example
+    [system, task, (call ls, result: 40 lines), …, (call grep, result: 12 lines), …]
+    → at an epoch: [system, task, (call ls, "[context-engine:cleared] orig:1a2b… :
+    src/app.py:88 | …"), …, (call grep, result whole: one of the last keep_recent)]
+
+Determinism
+    What every epoch cleared is committed to the store (``epochs.py``); the rewrite is a
+    function of the request and that state, so replicas and restarts send the same bytes.
+
+Why
+    In long agent sessions old tool output is most of the bill, re-read on every turn.
+    Clearing it on every request (a sliding window) breaks the cached prefix each time
+    and costs more than it saves; clearing in paid-for epochs does not.
+
+Options
+    See ``CompactConfig``.
+
+Risks
+    A cleared result the agent needs again costs it a ``context_recall`` call (or, for a
+    client without tools, a re-run of the command). Run it first: the lossless rules
+    then never refer to a result it cleared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from context_engine.proxy.engine.context import Compaction, RequestContext
+from context_engine.proxy.engine.contract import RuleDeps
+from context_engine.proxy.engine.messages import (
+    fingerprint,
+    last_user_index,
+    system_prefix_len,
+    text_of,
+)
+from context_engine.proxy.engine.originals import keep_original, original_id
+from context_engine.proxy.engine.sessions import AGENT, observations, pinned
+from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.compact.config import SESSIONS, CompactConfig
+from context_engine.rules.compact.epochs import Epoch, Line, commit, load, message_hash
+from context_engine.rules.compact.gist import skeleton
+from context_engine.rules.compact.planner import Prices, plan, trigger
+
+CLEARED = "[context-engine:cleared]"
+
+
+def placeholder(m: dict[str, Any], gist_chars: int = 0) -> str:
+    """The in-place text of a cleared message (a function of its content alone): its
+    ``orig:`` id and, for a result, its skeleton (``gist.py``)."""
+    text = text_of(m)
+    head = f"{CLEARED} {original_id(text)}"
+    gist = skeleton(text, gist_chars) if m.get("role") != "assistant" else ""
+    return f"{head}: {gist}" if gist else head
+
+
+class Compact:
+    name = "compact"
+    Config = CompactConfig
+
+    def __init__(self, config: CompactConfig, deps: RuleDeps,
+                 clock: Callable[[], float] = time.time) -> None:
+        if config.sessions not in SESSIONS:
+            raise ValueError(f"sessions: {config.sessions!r} is not one of {', '.join(SESSIONS)}")
+        self.config = config
+        self.deps = deps
+        self.clock = clock
+
+    def _candidates(self, original: list[Any], cleared: dict[int, str], agent: bool,
+                    counter: TokenCounter) -> list[int]:
+        """Client indices an epoch would clear now, in order."""
+        pins = set(pinned(original, agent)) | {last_user_index(original)}
+        seen = observations(original)
+        results = [i for i, m in enumerate(original) if isinstance(m, dict)
+                   and (m.get("role") == "tool" or i in seen)]
+        prose = [i for i, m in enumerate(original) if isinstance(m, dict)
+                 and m.get("role") == "assistant"] if self.config.prose else []
+        keep = set(results[len(results) - self.config.keep_recent:] if self.config.keep_recent else [])
+        keep |= set(prose[len(prose) - self.config.keep_prose:] if self.config.keep_prose else [])
+        out = []
+        for i in sorted(set(results) | set(prose)):
+            m = original[i]
+            if i in keep or i in pins or i in cleared or not isinstance(m.get("content"), str) \
+                    or m["content"].startswith(CLEARED):
+                continue
+            tokens = counter.text(m["content"])
+            if tokens >= self.config.min_item_tokens and tokens > counter.text(placeholder(m, self.config.gist_chars)):
+                out.append(i)
+        return out
+
+    def _clearable(self, original: list[Any], agent: bool, counter: TokenCounter) -> int:
+        """Tokens of the messages an epoch may ever clear (results, and prose when on)."""
+        seen = observations(original)
+        return sum(counter.text(m["content"]) for i, m in enumerate(original)
+                   if isinstance(m, dict) and isinstance(m.get("content"), str)
+                   and (m.get("role") == "tool" or i in seen
+                        or (self.config.prose and m.get("role") == "assistant")))
+
+    def _cleared(self, msgs: list[Any], original: list[Any], ids: dict[int, str]) -> list[Any]:
+        """``msgs`` with the messages of client indices ``ids`` replaced in place."""
+        if not ids:
+            return msgs
+        pos = {id(m): j for j, m in enumerate(msgs)}
+        out = list(msgs)
+        for i in ids:
+            j = pos.get(id(original[i]))
+            if j is not None:
+                out[j] = {**out[j], "content": placeholder(original[i], self.config.gist_chars)}
+        return out
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        agent = ctx.kind == AGENT
+        if self.config.sessions == "agent" and not agent:
+            return ctx
+        original = list(ctx.original if ctx.original is not None else ctx.messages)
+        session = ctx.session_id or fingerprint(original[:2])
+        store = self.deps.store
+        committed = load(store, session)
+        now = self.clock()
+        line = committed if committed is not None and committed.holds(original) else Line()
+        last_seen = committed.seen if committed is not None else 0.0
+        cold = self.config.cache_ttl > 0 and last_seen > 0 and now - last_seen > self.config.cache_ttl
+        counter = TokenCounter(ctx.encoding)
+        current = self._cleared(list(ctx.messages), original, line.cleared)
+        fired = self._epoch(ctx, original, line, current, counter, cold)
+        line.seen = now
+        if not commit(store, session, line) and fired is not None:
+            line.cleared = {i: h for i, h in line.cleared.items() if i not in fired}
+            line.epochs.pop()
+            fired = None
+        if fired is not None:
+            for i in fired:  # the way back: context_recall finds it by its id
+                keep_original(store, text_of(original[i]), scope=ctx.caller)
+            current = self._cleared(list(ctx.messages), original, line.cleared)
+        figures = self._figures(line, fired is not None, agent,
+                                Prices.of(ctx.model, self.config).assumed)
+        if not line.cleared:
+            return ctx.replace(compaction=figures)
+        return ctx.replace(messages=current, compaction=figures).with_note(
+            self.name, {"epoch": line.epoch, "cleared": len(line.cleared),
+                        "fired": fired is not None})
+
+    def _epoch(self, ctx: RequestContext, original: list[Any], line: Line, current: list[Any],
+               counter: TokenCounter, cold: bool) -> list[int] | None:
+        """Fire an epoch on ``line`` when it pays (in place); the client indices it cleared."""
+        if counter.messages(current) < trigger(ctx.model, self.config):
+            return None
+        new = self._candidates(original, line.cleared, ctx.kind == AGENT, counter)
+        if not new:
+            return None
+        ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
+        after = self._cleared(list(ctx.messages), original, ids)
+        cleared = counter.messages(current) - counter.messages(after)
+        # recall offers an agent session its tool from the first request (recall.
+        # agents_from_start): an epoch changes no tool, the miss starts at the first cleared
+        prices = Prices.of(ctx.model, self.config)
+        first = system_prefix_len(after) if prices.breakpoints else min(
+            (j for j, (a, b) in enumerate(zip(current, after)) if a is not b), default=len(after))
+        after_first = counter.messages(after[first:])
+        requests = sum(1 for m in original if isinstance(m, dict) and m.get("role") == "assistant") + 1
+        growth = self._clearable(original, ctx.kind == AGENT, counter) / requests
+        p = plan(self.config, prices, cleared, after_first, requests, growth, cold)
+        if not p.fire:
+            return None
+        line.cleared = ids
+        line.at = len(original)
+        line.epochs.append(Epoch(line.epoch + 1, len(original), len(new), cleared,
+                                 round(p.miss, 1), round(p.save, 1), p.reason))
+        return new
+
+    def _figures(self, line: Line, fired: bool, agent: bool, assumed: bool) -> Compaction:
+        last = line.epochs[-1] if line.epochs else None
+        return Compaction(
+            kind=AGENT if agent else "chat", epoch=line.epoch, fired=fired,
+            cleared=len(line.cleared),
+            cleared_tokens=last.cleared_tokens if fired and last else 0,
+            miss_tokens=last.miss_tokens if fired and last else 0.0,
+            save_per_request=sum(e.save_per_request for e in line.epochs),
+            reason=last.reason if fired and last else "", assumed=assumed)
