@@ -28,9 +28,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from context_engine.proxy.edge.app import create_app
+    from context_engine.proxy.edge.shutdown import serve
 
     settings = _settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
@@ -39,18 +38,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("context_engine").info(
         "context-engine on http://%s:%d → %s, mode %s, rules: %s", settings.host, settings.port,
         settings.upstream, settings.mode, ", ".join(settings.rules) or "(none: passthrough)")
-    # SIGTERM/SIGINT: stop accepting, let requests in flight finish (at most as long as an
-    # upstream may take), then the app's shutdown drains the finishing tasks and flushes the
-    # ledger. A second Ctrl-C (SIGINT) exits at once.
-    uvicorn.run(app, **server_options(settings))
+    # SIGTERM/SIGINT: flush the ledger, let requests in flight run for shutdown_grace, then
+    # the app's shutdown finishes their rows and closes, all within a container's grace
+    # period (proxy/edge/shutdown.py). A second Ctrl-C (SIGINT) exits at once.
+    serve(app, server_options(settings))
     return 0
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for ``serve``: at most ``max_connections`` connections at once
-    (503 beyond), graceful shutdown as long as an upstream may take."""
+    (503 beyond); requests in flight get ``shutdown_grace`` on SIGTERM."""
     return {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
-            "access_log": False, "timeout_graceful_shutdown": int(settings.upstream_timeout) + 1,
+            "access_log": False, "timeout_graceful_shutdown": max(1, round(settings.shutdown_grace)),
             "limit_concurrency": settings.max_connections}
 
 

@@ -39,6 +39,10 @@ class Settings:
     host: str = field(default="127.0.0.1", metadata={"help": "address to listen on"})
     admin_token: str = field(default="", metadata={
         "help": "Bearer token for /stats, /dashboard and /metrics; required off loopback"})
+    client_tokens: str = field(default="", metadata={
+        "help": "tokens a client must present on /v1/* (X-Context-Engine-Token, or as its API "
+                "key before a keyless upstream), comma separated, 16+ characters each; "
+                "empty = the upstream's keys guard the API"})
     allowed_hosts: str = field(default="", metadata={
         "help": "extra Host names accepted on loopback, comma separated (DNS-rebinding guard)"})
     session_key: str = field(default="", metadata={
@@ -52,6 +56,10 @@ class Settings:
                                    metadata={"help": "seconds to wait for a connection"})
     max_body_bytes: int = field(default=32 * 1024 * 1024,
                                 metadata={"help": "largest request body accepted (413 above)"})
+    shutdown_grace: float = field(default=5.0, metadata={
+        "help": "seconds SIGTERM lets requests in flight run before they are cut; the ledger "
+                "is flushed first and after, within 3 s more (keep the sum under the "
+                "container's stop grace period)"})
     rules_max_body_bytes: int = field(default=8 * 1024 * 1024, metadata={
         "help": "larger request bodies go out as sent: the rules never start on them"})
     max_inflight_body_bytes: int = field(default=256 * 1024 * 1024, metadata={
@@ -272,6 +280,8 @@ def _check(s: Settings) -> None:
         raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
+    if not 0 <= s.shutdown_grace <= 3600:
+        raise ConfigError(f"shutdown_grace: {s.shutdown_grace} must be 0 to 3600 seconds")
     if s.session_kind not in KINDS:
         raise ConfigError(f"session_kind: {s.session_kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
     for key in ("rules_max_body_bytes", "max_inflight_body_bytes", "body_read_timeout",

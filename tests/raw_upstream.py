@@ -8,6 +8,11 @@ completion, fast, with keep-alive, so it can serve fuzz runs):
     slow-stream  one SSE event every 50 ms for 10 s; notes when the proxy hangs up
     cut-body     JSON headers with a Content-Length of 400, 20 bytes, then a reset
     late-close   SSE headers, one event and ``[DONE]``, then 2 s before the stream ends
+    reset-next   the fixed completion with keep-alive; the connection's next request is
+                 never read: once its bytes arrive the socket closes (a reset), as a
+                 server's idle timeout firing just as a request comes in does
+    drop-next    the fixed completion with keep-alive; the connection's next request is
+                 read (and recorded), then the socket closes cleanly with no answer
 
 Every request is recorded (method, target, headers, body) in ``received``.
 """
@@ -76,9 +81,13 @@ class RawUpstream:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        buf = b""
+        buf, then = b"", ""
         with conn, contextlib.suppress(OSError):
             while True:
+                if then == "reset-next":
+                    if buf or conn.recv(1, socket.MSG_PEEK):
+                        _reset(conn)  # the request's bytes sit unread
+                    return
                 while b"\r\n\r\n" not in buf:
                     data = conn.recv(65536)
                     if not data:
@@ -109,6 +118,9 @@ class RawUpstream:
                 self.received.append(Request(method, target, headers, body))
                 if "x-fuzz-id" in headers:
                     self.by_id[headers["x-fuzz-id"]] = body
+                if then == "drop-next":
+                    return
+                then = _model(body)
                 if not self._answer(conn, body):
                     return
 
@@ -122,10 +134,7 @@ class RawUpstream:
         return buf
 
     def _answer(self, conn: socket.socket, body: bytes) -> bool:
-        try:
-            model = json.loads(body).get("model") if body else None
-        except (ValueError, AttributeError):
-            model = None
+        model = _model(body)
         if model == "cut-stream":
             conn.sendall(SSE_HEAD + _event("Hello") + _event(" wor"))
             time.sleep(0.05)
@@ -160,6 +169,14 @@ class RawUpstream:
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                      b"content-length: %d\r\n\r\n%s" % (len(OK_BODY), OK_BODY))
         return True
+
+
+def _model(body: bytes) -> str:
+    try:
+        model = json.loads(body).get("model") if body else None
+    except (ValueError, AttributeError):
+        model = None
+    return model if isinstance(model, str) else ""
 
 
 def _reset(conn: socket.socket) -> None:

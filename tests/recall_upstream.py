@@ -12,20 +12,35 @@ The model name picks the behaviour (when the request offers ``context_recall``):
 - ``recall-loop``: call it whenever it is offered; else say how many results came back.
 - ``recall-many:<n>``: call it ``n`` times in one reply, each a query, then an id range.
 - ``recall-fail``: like ``recall-id``, but the follow-up answers 500.
+- ``lookup-then-recall``: call the client's ``lookup``, then ``context_recall``, in one reply.
+- ``recall-huge``: call ``context_recall`` with a 5,000-character query.
+- ``lookup-gated``: call ``lookup``; streamed, the reply stops after the call's first
+  chunk until ``gate`` is set (10 s at most; ``gate_timed_out`` says if it ran out).
 
-Every request body and every response body is recorded. Usage: 100 + 10 per message
+A request header ``x-test-encoding`` (``gzip``, ``deflate``: raw deflate, or ``br``: raw
+deflate bytes labelled br, an encoding the proxy cannot read) compresses the reply that
+way whatever the request accepts; ``x-test-encoding-follow`` does so only for a
+follow-up (a request ending with a tool result).
+
+Every request body and every response body is recorded, and each request's
+``accept-encoding`` in ``accepted``. Usage: 100 + 10 per message
 input tokens, 5 output tokens, so sums over rounds are checkable.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 import re
+import threading
+import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from context_engine.proxy.demo.mock_upstream import ServerThread
@@ -74,6 +89,13 @@ def decide(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     if model == "recall-mixed":
         return None, [_call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]}),
                       _call("call_lookup1", "lookup", {"q": "y"})]
+    if model == "lookup-then-recall":
+        return None, [_call("call_lookup1", "lookup", {"q": "y"}),
+                      _call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]})]
+    if model == "recall-huge":
+        return None, [_call("call_r1", "context_recall", {"query": "sensor " * 800})]
+    if model == "lookup-gated":
+        return None, [_call("call_lookup1", "lookup", {"q": "y"})]
     return "plain reply", []
 
 
@@ -107,14 +129,47 @@ def stream_bytes(body: dict[str, Any], text: str | None, calls: list[dict[str, A
     return b"".join(out)
 
 
+def _compress(data: bytes, encoding: str) -> bytes:
+    if encoding == "gzip":
+        return gzip.compress(data)
+    packer = zlib.compressobj(wbits=-15)  # raw deflate, no zlib header
+    return packer.compress(data) + packer.flush()
+
+
 class RecallUpstream(ServerThread):
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.responses: list[bytes] = []
+        self.gate = threading.Event()
+        self.gate_timed_out = False
+        self.accepted: list[str] = []
+
+        async def gated(raw: bytes) -> AsyncIterator[bytes]:
+            cut = raw.index(b'"tool_calls"')
+            cut = raw.index(b"\n\n", cut) + 2
+            yield raw[:cut]
+            for _ in range(1000):
+                if self.gate.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                self.gate_timed_out = True
+            yield raw[cut:]
 
         async def chat(request: Request) -> Response:
             body = json.loads(await request.body())
             self.requests.append(body)
+            self.accepted.append(request.headers.get("accept-encoding", ""))
+            follow = body["messages"][-1].get("role") == "tool"
+            encoding = request.headers.get("x-test-encoding-follow" if follow else "x-test-encoding")
+            response = await reply(request, body)
+            if encoding:
+                response.body = _compress(bytes(response.body), encoding)
+                response.headers["content-encoding"] = encoding
+                response.headers["content-length"] = str(len(response.body))
+            return response
+
+        async def reply(request: Request, body: dict[str, Any]) -> Response:
             if body.get("model") == "recall-fail" and body["messages"][-1].get("role") == "tool":
                 return Response(b'{"error": {"message": "boom", "type": "server_error"}}',
                                 status_code=500, media_type="application/json")
@@ -122,6 +177,8 @@ class RecallUpstream(ServerThread):
             if body.get("stream"):
                 raw = stream_bytes(body, text, calls)
                 self.responses.append(raw)
+                if body.get("model") == "lookup-gated":
+                    return StreamingResponse(gated(raw), media_type="text/event-stream")
                 return Response(raw, media_type="text/event-stream")
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:

@@ -14,6 +14,7 @@ def test_surrogate_in_model_leaves_the_ledger_writing(start_proxy):
     r = httpx.post(proxy.url + "/v1/chat/completions", content=SURROGATE_MODEL,
                    headers={"content-type": "application/json"})
     assert r.headers["x-context-engine-tokens-before"]  # relayed from the upstream, whatever it said
+    assert r.status_code == 200 and r.json()["model"] == "\ud800"  # the mock echoes it, escaped
     reply = proxy.client().chat.completions.create(
         model="gpt-4o", messages=[{"role": "user", "content": "after the bad one"}])
     assert reply.choices[0].message.content

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -85,3 +86,26 @@ def test_report_command_prints_the_bill(start_proxy):
     bad = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--ledger", proxy.ledger_path,
                           "--config", "/dev/null", "--since", "soon"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--since" in bad.stderr
+
+
+def test_report_shows_client_strings_literally_and_csv_cells_cannot_be_formulas(start_proxy):
+    proxy = start_proxy()
+    client = proxy.client(default_headers={"x-session-id": "=HYPERLINK(\"http://x\")"})
+    client.chat.completions.create(model="[bold red]gpt[/]", messages=MSGS)
+    client.chat.completions.create(model="@SUM(1)", messages=MSGS)
+    proxy.rows()
+
+    def report(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "context_engine.proxy.cli", "report", "--ledger",
+                            proxy.ledger_path, "--config", "/dev/null", *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert "[bold red]gpt[/]" in report("--by", "model")
+    cells = [c for line in report("--by", "session", "--format", "csv").splitlines()[1:]
+             for c in next(csv.reader([line]))]
+    assert "'=HYPERLINK(\"http://x\")" in {c.split("~")[0] for c in cells}
+    assert not any(c[:1] in ("=", "+", "-", "@", "\t", "\r") for c in cells if c)
+    models = [next(csv.reader([line]))[0] for line in report("--format", "csv").splitlines()[1:]]
+    assert "'@SUM(1)" in models

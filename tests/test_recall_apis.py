@@ -5,6 +5,7 @@ the tool (tests/recall_upstream_apis.py)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anthropic
 import httpx
@@ -356,3 +357,36 @@ def test_a_client_text_under_the_memory_header_names_no_original(proxy, up, api,
     text, _, _ = ask(p, api, f"recall-other:{their_id}", stream=stream, key="sk-b", **kw)
     assert "secret units" not in json.dumps(up.requests[before:]) + text
     assert text.endswith(f"I read: not found: {their_id} (no such id in this conversation)")
+
+
+def _hidden(reader: Any, event: dict) -> Any:
+    return reader.hide(event)
+
+
+def test_readers_hold_only_from_a_recall_call_and_hide_it_when_relaying():
+    from context_engine.proxy.recall import wire_anthropic, wire_responses
+
+    anthropic = wire_anthropic.Reader()
+    start = [{"type": "content_block_start", "index": i, "content_block": {
+        "type": "tool_use", "id": f"t{i}", "name": name, "input": {}}}
+        for i, name in enumerate(["lookup", "context_recall", "lookup"])]
+    assert [anthropic.take(e) for e in start] == [False, True, False]
+    assert anthropic.hold.client_first
+    assert [_hidden(anthropic, e) and _hidden(anthropic, e)["index"] for e in start] == [0, None, 1]
+    assert anthropic.hide({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}) == \
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}}  # lookup calls remain
+
+    only = wire_anthropic.Reader()
+    assert only.take(start[1] | {"index": 0}) is True
+    assert _hidden(only, {"type": "message_delta", "delta": {"stop_reason": "tool_use"}})["delta"] == \
+        {"stop_reason": "end_turn"}
+
+    responses = wire_responses.Reader()
+    added = [{"type": "response.output_item.added", "output_index": i, "item": {
+        "type": "function_call", "name": name, "call_id": f"c{i}", "arguments": ""}}
+        for i, name in enumerate(["context_recall", "lookup"])]
+    assert [responses.take(e) for e in added] == [True, False]
+    assert not responses.hold.client_first
+    assert responses.hide(added[0]) is None and _hidden(responses, added[1])["output_index"] == 0
+    done = {"type": "response.completed", "response": {"output": [a["item"] for a in added]}}
+    assert [i["name"] for i in _hidden(responses, done)["response"]["output"]] == ["lookup"]

@@ -82,3 +82,42 @@ def test_sigterm_drains_in_flight_requests_and_flushes_the_ledger(mock, tmp_path
     assert sorted((r["model"], r["status"], r["stream"]) for r in rows) == [
         ("mock-slow-1.5", 200, 0), ("mock-slow-1.5", 200, 1)]
     assert all(r["finish_reason"] == "stop" for r in rows)
+
+
+@pytest.mark.slow
+def test_sigterm_exits_within_the_grace_period_with_finished_rows_written(mock, tmp_path):
+    """A container runtime kills the process after its grace period (Docker: 10 s); a request
+    that runs longer must not hold the process past ``shutdown_grace`` (5 s) plus the
+    bounded ledger flush, and the rows of finished requests are written first."""
+    port = _free_port()
+    proc = _start(mock, tmp_path, port)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    done = httpx.post(url, json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+    assert done.status_code == 200
+    seen = len(mock.received)
+
+    def post_slow() -> None:
+        try:
+            httpx.post(url, timeout=60, json={"model": "mock-slow-30",
+                                              "messages": [{"role": "user", "content": "very slow"}]})
+        except httpx.HTTPError:
+            pass  # cut off by the shutdown, as it should be
+
+    slow = threading.Thread(target=post_slow)
+    slow.start()
+    deadline = time.time() + 10
+    while len(mock.received) <= seen and time.time() < deadline:
+        time.sleep(0.01)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    took = time.monotonic() - started
+    slow.join(60)
+    assert took < 9.0, f"shutdown took {took:.1f} s"
+    rows = {r["model"]: (r["status"], r["error"]) for r in read_rows(str(tmp_path / "ledger.db"))}
+    assert rows["gpt-4o"] == (200, "")
+    assert rows["mock-slow-30"] == (503, "cut by shutdown before the upstream answered")

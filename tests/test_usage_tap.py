@@ -86,3 +86,39 @@ def test_anthropic_usage_without_iterations_is_read_as_it_is():
     u = tap.close()
     assert (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens, u.completion_tokens) == (
         23000, 0, 0, 1000)
+
+
+# --- malformed upstream JSON: any value where the API puts an object, a list or a count --
+
+ODD = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
+                st.text(max_size=5), st.lists(st.integers(), max_size=2),
+                st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+SHAPES = [
+    lambda v: {"choices": v},
+    lambda v: {"choices": [v]},
+    lambda v: {"choices": [{"delta": v, "finish_reason": v}]},
+    lambda v: {"choices": [{"message": {"content": v}}], "usage": {"prompt_tokens": v}},
+    lambda v: {"usage": {"prompt_tokens": 3, "prompt_tokens_details": v, "cache_creation_input_tokens": v}},
+    lambda v: {"object": "response", "status": v, "output": v, "usage": v},
+    lambda v: {"object": "response", "status": "incomplete", "incomplete_details": v},
+    lambda v: {"object": "response", "status": "completed", "output": [v, {"content": v}]},
+    lambda v: {"type": "response.completed", "response": {"usage": {"input_tokens_details": v}}},
+    lambda v: {"type": "response.output_text.delta", "delta": v},
+    lambda v: {"type": "message", "content": v, "usage": v, "stop_reason": v},
+    lambda v: {"type": "message", "content": [v, {"type": "text", "text": v}]},
+    lambda v: {"type": "message_start", "message": {"usage": {"input_tokens": v, "iterations": [v]}}},
+    lambda v: {"type": "message_delta", "delta": v, "usage": {"output_tokens": v}},
+    lambda v: {"type": "content_block_delta", "delta": v},
+]
+
+
+@given(st.sampled_from(range(len(SHAPES))), ODD)
+def test_malformed_usage_and_reply_shapes_never_raise(shape, value):
+    obj = SHAPES[shape](value)
+    body = json.dumps(obj).encode()
+    tap = UsageTap()
+    tap.feed(body)
+    tap.close()
+    stream = UsageTap(stream=True)
+    stream.feed(b"data: " + body + b"\n\n")
+    stream.close()

@@ -8,7 +8,8 @@ simulates provider prompt caching: ``cached_tokens`` is the longest prefix, in w
 markers left out: providers key the cache on content).
 
 Models named ``mock-429``, ``mock-500`` and ``mock-slow-<seconds>`` answer with that
-error, or after that delay, so tests can drive the proxy's error paths.
+error, or after that delay, and the key ``sk-invalid`` gets a 401, so tests can drive
+the proxy's error paths.
 
 ``/v1/responses`` and ``/v1/messages`` answer as OpenAI's Responses API and Anthropic's
 Messages do (``context_engine.proxy.demo.mock_apis``). A ``script`` (steps ``{"shell": cmd}`` or
@@ -30,7 +31,8 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as StarletteJSON
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from context_engine.proxy.adapters.anthropic import parse as parse_anthropic
@@ -39,6 +41,16 @@ from context_engine.proxy.demo import mock_apis
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
 from context_engine.proxy.engine.prefix import strip_marks
 from context_engine.proxy.engine.tokens import TokenCounter
+
+
+class JSONResponse(StarletteJSON):
+    """Starlette's JSON reply, but a lone surrogate the mock echoes (a ``model`` of
+    ``"\\ud800"``) goes out as its JSON escape instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        text = json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None,
+                          separators=(",", ":"))
+        return text.encode("utf-8", "backslashreplace")
 
 
 @dataclass
@@ -157,6 +169,10 @@ def build_mock_app(state: MockState) -> Starlette:
 
     async def chat(request: Request) -> Response:
         raw = await record(request)
+        if request.headers.get("authorization") == "Bearer sk-invalid":
+            return JSONResponse({"error": {"message": "Incorrect API key provided.",
+                                           "type": "invalid_request_error", "param": None,
+                                           "code": "invalid_api_key"}}, status_code=401)
         body = json.loads(raw)
         model = str(body.get("model", ""))
         if model == "mock-429":

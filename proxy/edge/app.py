@@ -20,19 +20,23 @@ from starlette.routing import Route
 
 from context_engine.proxy import __version__
 from context_engine.proxy.adapters import ANTHROPIC, RESPONSES
+from context_engine.proxy.edge import shutdown
 from context_engine.proxy.edge.chat import ChatCompletions
 from context_engine.proxy.edge.errors import error_json, speaks_anthropic
 from context_engine.proxy.edge.exposure import (
+    ClientTokens,
     HostCheck,
     admin_only,
     check_exposure,
+    client_tokens,
+    is_admin,
     is_loopback,
-    redact_url,
 )
 from context_engine.proxy.edge.health import health, watch
 from context_engine.proxy.edge.intake import Intake
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.relay import quiet_server_aborts
+from context_engine.proxy.edge.sanitize import redact_url
 from context_engine.proxy.edge.upstream import Upstream
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recording.finish import Finisher
@@ -95,8 +99,12 @@ def create_app(settings: Settings, engine: Engine | None = None,
     passthrough = Passthrough(upstream)
 
     async def healthz(request: Request) -> JSONResponse:
+        """Status for anyone; the details (replica, errors, counters) for the admin."""
+        state = health(ledger, engine.store, finisher)
+        if not is_admin(request, settings.admin_token):
+            return JSONResponse({"status": state["status"]})
         return JSONResponse({
-            **health(ledger, engine.store, finisher), "version": __version__, "mode": settings.mode,
+            **state, "version": __version__, "mode": settings.mode,
             "replica": ledger.replica, "texts_embedded": engine.embedded(),
             "rules": engine.pipeline.names, "upstream": redact_url(settings.upstream),
             "rule_failures": dict(engine.stats.rule_failures),
@@ -124,11 +132,12 @@ def create_app(settings: Settings, engine: Engine | None = None,
     async def lifespan(app: Any) -> AsyncIterator[None]:
         try:
             yield
-        finally:
-            await finisher.drain()
+        finally:  # bounded: the process must be gone within a container's grace period
+            await finisher.stop(shutdown.DRAIN_S, shutdown.CANCEL_S)
+            await shutdown.flush(ledger)
             finisher.close()
             await upstream.aclose()
-            ledger.close()
+            shutdown.close_within(ledger.close)
             if tracer is not None:
                 tracer.close()
 
@@ -146,6 +155,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
     ]
     allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
     middleware = [Middleware(HostCheck, allowed=allowed)] if is_loopback(settings.host) else []
+    if client_tokens(settings):
+        middleware.append(Middleware(ClientTokens, tokens=client_tokens(settings)))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error})
     app.state.engine, app.state.ledger, app.state.upstream = engine, ledger, upstream

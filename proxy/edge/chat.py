@@ -8,6 +8,7 @@ error shape; upstream errors pass through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -17,22 +18,34 @@ from starlette.responses import Response
 
 from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy
+from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
 from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
 from context_engine.proxy.edge.relay import relay
-from context_engine.proxy.edge.upstream import Upstream, request_headers, response_headers
+from context_engine.proxy.edge.sanitize import model_name
+from context_engine.proxy.edge.upstream import (
+    Upstream,
+    kept_here,
+    request_headers,
+    response_headers,
+)
 from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
 from context_engine.proxy.recall.loop import Recall, answer
-from context_engine.proxy.recall.stream import RecallStream
+from context_engine.proxy.recall.stream import RecallStream, readable
 from context_engine.proxy.recall.tool import tool_tokens
 from context_engine.proxy.recall.wires import WIRES
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 
 log = logging.getLogger("context_engine.chat")
+
+
+def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[bytes, bytes]]:
+    """``headers`` with ``accept-encoding`` set to ``encodings`` (the client's dropped)."""
+    return [(k, v) for k, v in headers if k.lower() != b"accept-encoding"] + [
+        (b"accept-encoding", encodings.encode())]
 
 
 class ChatCompletions:
@@ -76,7 +89,7 @@ class ChatCompletions:
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
-            row, rewrite, out = LedgerRow(session="-", model=_text(body.data.get("model")),
+            row, rewrite, out = LedgerRow(session="-", model=model_name(body.data.get("model")),
                                           mode=mode, arm="passthrough", path=request.url.path,
                                           failed_open=True, api=self.adapter.name), None, raw
         arm = row.arm
@@ -89,7 +102,9 @@ class ChatCompletions:
             out, row.tokens_sent = tooled, row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
-        headers = request_headers(request.headers.raw)
+        headers = request_headers(request.headers.raw, kept_here(request.scope))
+        if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
+            headers = accepting(headers, "identity" if body.stream else "gzip")
         try:
             r = await self.upstream.send("POST", url, headers, out)
         except ProxyError as exc:
@@ -97,6 +112,11 @@ class ChatCompletions:
             row.upstream_ms = (time.perf_counter() - started) * 1000
             self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
             return self._error(exc)
+        except asyncio.CancelledError:  # shutdown cut it (proxy/edge/shutdown.py): still a row
+            row.status, row.error = 503, "cut by shutdown before the upstream answered"
+            row.upstream_ms = (time.perf_counter() - started) * 1000
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            raise
         row.status = r.status_code
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
@@ -119,8 +139,14 @@ class ChatCompletions:
         if loop is not None:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
                 return await answer(loop, r, started, extra, done)
-            if not r.headers.get("content-encoding"):  # a compressed stream is relayed as it is
-                return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done)
+            if not readable(r.headers.get("content-encoding", "")):  # it may call the tool
+                await r.aclose()
+                problem = UpstreamBroken("the upstream streamed in a content-encoding the proxy "
+                                         "cannot read to a request offering context_recall")
+                done(Usage(), (time.perf_counter() - started) * 1000, problem.message, problem.status)
+                return self._error(problem)
+            return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
+                                self.settings.recall.max_held_bytes)
         return await relay(r, started, extra, done, buffer=True,
                            anthropic=self.adapter.name == "anthropic")
 
@@ -130,7 +156,7 @@ class ChatCompletions:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
-        row = LedgerRow(session=sid, model=_text(body.chat.get("model")), mode=mode, arm=arm,
+        row = LedgerRow(session=sid, model=model_name(body.chat.get("model")), mode=mode, arm=arm,
                         path=request.url.path, stream=body.stream, api=self.adapter.name,
                         traceparent=request.headers.get("traceparent", "")[:128])
         row.context.update(body.notes)
@@ -176,7 +202,3 @@ class ChatCompletions:
             self.engine.stats.invariant_failures += 1
             return None
 
-
-def _text(value: object) -> str:
-    """A string for the ledger: never a lone surrogate (SQLite cannot store one)."""
-    return str(value or "").encode("utf-8", "replace").decode("utf-8")

@@ -4,12 +4,15 @@
   with a token set (on any address), ``/stats``, ``/dashboard`` and ``/metrics`` need
   ``Authorization: Bearer <token>`` (or HTTP Basic with the token as password, so a
   browser can open the dashboard: it asks once, then sends it with the dashboard's own
-  ``/stats`` calls). The ``/v1`` API itself is guarded by the upstream's keys, as before.
+  ``/stats`` calls). Without the token, ``/healthz`` answers its status only.
+- The ``/v1`` API is guarded by the upstream's keys; before a keyless upstream (an open
+  relay otherwise), ``client_tokens`` makes every request present one of them in
+  ``X-Context-Engine-Token`` or as its API key (``Authorization: Bearer``, ``x-api-key``);
+  401 otherwise. A client token never goes upstream.
 - Bound to loopback, every request's ``Host`` must name loopback (``localhost``,
   ``127.0.0.1``, ``[::1]``, any port) or one of ``allowed_hosts``: a web page that
   rebinds its own DNS name to 127.0.0.1 cannot then read the ledger or use the proxy.
-- ``redact_url`` strips credentials and the query from the upstream URL shown by
-  ``/healthz``.
+- ``sanitize.redact_url`` strips credentials and the query from every URL shown.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 
-import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_engine.proxy.edge.errors import error_json, speaks_anthropic
+from context_engine.proxy.edge.upstream import KEPT_HERE
 from context_engine.proxy.settings import ConfigError, Settings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -43,8 +46,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+MIN_CLIENT_TOKEN = 16
+ADMIN_PATHS = frozenset({"/healthz", "/metrics", "/stats", "/dashboard"})
+TOKEN_HEADER = b"x-context-engine-token"
+
+
+def client_tokens(settings: Settings) -> tuple[str, ...]:
+    return tuple(t.strip() for t in settings.client_tokens.split(",") if t.strip())
+
+
 def check_exposure(settings: Settings) -> None:
-    """Fail closed at start-up: a server reachable from other hosts needs ``admin_token``."""
+    """Fail closed at start-up: a server reachable from other hosts needs ``admin_token``;
+    client tokens must be long enough to be secrets."""
+    short = [t for t in client_tokens(settings) if len(t) < MIN_CLIENT_TOKEN]
+    if short:
+        raise ConfigError(f"client_tokens: each token needs at least {MIN_CLIENT_TOKEN} "
+                          f"characters ({len(short)} shorter); use long random secrets")
     if not is_loopback(settings.host) and not settings.admin_token:
         raise ConfigError(
             f"admin_token: required when host is {settings.host!r} (not loopback), to guard "
@@ -71,15 +88,21 @@ def _presented_token(authorization: str) -> str:
     return ""
 
 
+def is_admin(request: Request, token: str) -> bool:
+    """Whether the request presents the admin token (True when none is configured)."""
+    if not token:
+        return True
+    given = _presented_token(request.headers.get("authorization", "")).encode()
+    return hmac.compare_digest(given, token.encode())
+
+
 def admin_only(handler: Handler, token: str) -> Handler:
     """``handler`` behind the admin token (unchanged when no token is configured)."""
     if not token:
         return handler
-    expected = token.encode()
 
     async def guarded(request: Request) -> Response:
-        given = _presented_token(request.headers.get("authorization", "")).encode()
-        if not hmac.compare_digest(given, expected):
+        if not is_admin(request, token):
             return _error(401, "This endpoint needs the admin token: Authorization: Bearer "
                           "<admin_token>.", "invalid_admin_token",
                           {"www-authenticate": 'Basic realm="context-engine admin"'})
@@ -116,12 +139,40 @@ class HostCheck:
         await self.app(scope, receive, send)
 
 
-def redact_url(url: str) -> str:
-    """``url`` without user, password or query (they may hold credentials)."""
-    try:
-        u = httpx.URL(url)
-    except httpx.InvalidURL:
-        return "(invalid URL)"
-    host = f"[{u.host}]" if ":" in u.host else u.host
-    port = f":{u.port}" if u.port else ""
-    return f"{u.scheme}://{host}{port}{u.path}"
+class ClientTokens:
+    """ASGI middleware: every request but the admin routes presents a client token
+    (``client_tokens``); the headers that carried it never go upstream."""
+
+    def __init__(self, app: ASGIApp, tokens: tuple[str, ...]) -> None:
+        self.app = app
+        self.tokens = tuple(t.encode() for t in tokens)
+
+    def _match(self, value: bytes) -> bool:
+        return any(hmac.compare_digest(value, t) for t in self.tokens)
+
+    def _given(self, name: bytes, value: bytes) -> bool:
+        if name in (TOKEN_HEADER, b"x-api-key"):
+            return self._match(value.strip())
+        if name == b"authorization":
+            scheme, _, rest = value.strip().partition(b" ")
+            return scheme.lower() == b"bearer" and self._match(rest.strip())
+        return False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path", "") in ADMIN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        given = [self._given(k.lower(), v) for k, v in headers]
+        if not any(given):
+            shape = {k.decode("latin-1").lower(): "" for k, _ in headers}
+            response = error_json(401, "This proxy needs a client token: X-Context-Engine-Token: "
+                                  "<token>.", "invalid_request_error", "invalid_client_token",
+                                  speaks_anthropic(scope.get("path", ""), shape))
+            await response(scope, receive, send)
+            return
+        # the headers stay for the caller's scope (sessions and recall stay per token); they
+        # are left out when the request goes upstream
+        used = sorted({k.decode("latin-1").lower() for (k, _), hit in zip(headers, given) if hit})
+        state = {**scope.get("state", {}), KEPT_HERE: tuple(used)}
+        await self.app({**scope, "state": state}, receive, send)

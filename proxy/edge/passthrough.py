@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from context_engine.proxy.edge.errors import ProxyError, error_response, speaks_anthropic
 from context_engine.proxy.edge.relay import relay
-from context_engine.proxy.edge.upstream import Upstream, request_headers
+from context_engine.proxy.edge.upstream import Upstream, kept_here, request_headers
 
 
 class Passthrough:
@@ -30,7 +30,7 @@ class Passthrough:
         started = time.perf_counter()
         try:
             r = await self.upstream.send(request.method, url,
-                                         request_headers(request.headers.raw), body)
+                                         request_headers(request.headers.raw, kept_here(request.scope)), body)
         except ProxyError as exc:
             return error_response(exc, anthropic)
         return await relay(r, started, [], None, buffer=False, anthropic=anthropic)

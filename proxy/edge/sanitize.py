@@ -6,7 +6,38 @@ anything valid JSON can say, including a lone UTF-16 surrogate that UTF-8 cannot
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
+
+import httpx
+
+MAX_MODEL_CHARS = 400  # a request's ``model`` as the proxy records, labels and traces it
+
+
+def model_name(value: object) -> str:
+    """A request's ``model`` for the ledger, metrics and traces: a string of at most
+    ``MAX_MODEL_CHARS``, lone surrogates replaced (SQLite cannot store one)."""
+    text = value if isinstance(value, str) else str(value or "")
+    return text[:MAX_MODEL_CHARS].encode("utf-8", "replace").decode("utf-8")
+
+
+PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` for messages, logs and ``/healthz``: without user, password or query (they
+    may hold credentials: ``?password=``, ``?sslpassword=``, ``?key=``). A libpq DSN of
+    ``key=value`` words keeps its words but its password; a file path stays as it is.
+    The one redaction for every URL and DSN the proxy shows."""
+    if "://" not in url:
+        return PASSWORD.sub(r"\1***", url)
+    try:
+        u = httpx.URL(url)
+    except httpx.InvalidURL:
+        return "(invalid URL)"
+    host = f"[{u.host}]" if ":" in u.host else u.host
+    port = f":{u.port}" if u.port else ""
+    return f"{u.scheme}://{host}{port}{u.path}"
 
 
 def clean_text(s: str) -> str:

@@ -1,13 +1,16 @@
-"""Raw forwarding to the upstream with httpx: bytes in, bytes out, never a retry.
+"""Raw forwarding to the upstream with httpx: bytes in, bytes out. A request goes out
+a second time only when a pooled keep-alive connection the upstream closed could not have
+carried it (``proxy.edge.reconnect`` says exactly when); otherwise never a retry.
 
-Request headers pass through except hop-by-hop ones, Host and Content-Length (httpx
+Request headers pass through except hop-by-hop ones, those ``Connection`` names, the
+proxy's own (``X-Context-Engine-*``, ``X-Session-Id``), Host and Content-Length (httpx
 sets those for the new connection); httpx's own default headers are not added.
 Response status, headers (minus hop-by-hop) and raw body bytes come back as sent.
 
 The upstream URL is built from the raw request path (still percent-encoded, so ``%3F``
 or ``%23`` can never turn into a query or a fragment). Paths that could climb out of
 the upstream base answer 400 before anything is sent: dot segments, raw or encoded
-(``..``, ``%2e%2e``, ``%252e%252e``), encoded slashes and backslashes, ``#``, ``?`` or
+(``..``, ``%2e%2e``, ``%252e%252e``, and with parameters: ``..;``), encoded slashes and backslashes, ``#``, ``?`` or
 NUL hidden in an escape, and control characters.
 """
 
@@ -20,6 +23,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from context_engine.proxy.edge.errors import BadRequest, UpstreamTimeout, UpstreamUnreachable
+from context_engine.proxy.edge.reconnect import Attempt, send_again
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
@@ -28,8 +32,29 @@ HOP_BY_HOP = frozenset({
 NOT_FORWARDED = HOP_BY_HOP | {"host", "content-length"}
 
 
-def request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(k, v) for k, v in raw if k.decode("latin-1").lower() not in NOT_FORWARDED]
+OWN_PREFIX = "x-context-engine-"  # the proxy's own request headers, and X-Session-Id
+OWN = frozenset({"x-session-id"})
+
+
+KEPT_HERE = "context_engine.kept_here"  # scope state: header names that held a client token
+
+
+def kept_here(scope: Mapping[str, Any]) -> tuple[str, ...]:
+    """The request's headers that carried a client token (``exposure.ClientTokens``)."""
+    state = scope.get("state")
+    return tuple(state.get(KEPT_HERE, ())) if isinstance(state, Mapping) else ()
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]],
+                    also: Iterable[str] = ()) -> list[tuple[bytes, bytes]]:
+    """The client's headers for the upstream: without hop-by-hop ones, those its
+    ``Connection`` header names, the proxy's own (``X-Context-Engine-*``,
+    ``X-Session-Id``) and ``also`` (a client token given as the API key)."""
+    pairs = [(k, v, k.decode("latin-1").lower()) for k, v in raw]
+    dropped = {t.strip().lower() for _, v, name in pairs if name == "connection"
+               for t in v.decode("latin-1").split(",")} | OWN | set(also)
+    return [(k, v) for k, v, name in pairs if name not in NOT_FORWARDED and name not in dropped
+            and not name.startswith(OWN_PREFIX)]
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -53,8 +78,8 @@ def check_path(raw: str) -> str:
         if any(ord(c) < 32 or c in "\\#?\x7f" for c in stage) or any(h in lowered for h in HIDDEN):
             raise BadPath("The request path holds an encoded slash, '#', '?', '\\' or a "
                           "control character.")
-        if any(seg in (".", "..") for seg in stage.split("/")):
-            raise BadPath("The request path holds a '.' or '..' segment.")
+        if any(seg.split(";", 1)[0] in (".", "..") for seg in stage.split("/")):
+            raise BadPath("The request path holds a '.' or '..' segment (or '..;').")
         decoded = unquote(stage, encoding="latin-1") if "%" in stage else stage
         if decoded == stage:
             return raw
@@ -108,11 +133,22 @@ class Upstream:
             if name not in sent and name in request.headers:
                 del request.headers[name]
         try:
-            return await self.client.send(request, stream=True)
+            return await self._send(request, method, body)
         except httpx.TimeoutException:
             raise UpstreamTimeout("The upstream did not answer in time.") from None
         except httpx.TransportError as exc:
             raise UpstreamUnreachable(f"Cannot reach the upstream: {type(exc).__name__}.") from None
+
+    async def _send(self, request: httpx.Request, method: str, body: bytes | Any) -> httpx.Response:
+        attempt = Attempt()
+        request.extensions = {**request.extensions, "trace": attempt}
+        try:
+            return await self.client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            if not send_again(attempt, exc, method, body):
+                raise
+        request.extensions = {k: v for k, v in request.extensions.items() if k != "trace"}
+        return await self.client.send(request, stream=True)
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -35,14 +35,16 @@ class Usage:
     cache_write_tokens: int | None = None
     notes: list[str] = field(default_factory=list)  # malformed usage, kept for the ledger
     iterated: bool = False  # Anthropic: counts summed over usage.iterations; they stand
+    text_chars: int = field(default=0, repr=False, compare=False)  # in text_parts
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
     def _text(self, s: Any) -> None:
-        if isinstance(s, str) and sum(map(len, self.text_parts)) < MAX_TEXT:
+        if isinstance(s, str) and self.text_chars < MAX_TEXT:
             self.text_parts.append(s)
+            self.text_chars += len(s)
 
     def take(self, obj: Any) -> None:
         if not isinstance(obj, dict):
@@ -68,13 +70,13 @@ class Usage:
             self.completion_tokens = _int(usage.get("output_tokens"))
             details = usage.get("input_tokens_details")
             self.cached_tokens = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
-        if resp.get("status") not in (None, "in_progress", "queued"):
-            reason = (resp.get("incomplete_details") or {}).get("reason") if isinstance(
-                resp.get("incomplete_details"), dict) else None
-            self.finish_reason = str(reason or resp["status"])
+        status = resp.get("status")
+        if isinstance(status, str) and status not in ("in_progress", "queued"):
+            reason = _dict(resp.get("incomplete_details")).get("reason")
+            self.finish_reason = str(reason or status)
         if obj is resp:  # a whole response body: its text is in the output items
-            for item in resp.get("output") or ():
-                for part in (item.get("content") or ()) if isinstance(item, dict) else ():
+            for item in _list(resp.get("output")):
+                for part in _list(_dict(item).get("content")):
                     if isinstance(part, dict) and part.get("type") == "output_text":
                         self._text(part.get("text"))
 
@@ -102,12 +104,12 @@ class Usage:
             if write is not None:
                 self.cache_write_tokens = write
             if _int(usage.get("output_tokens")) is not None:
-                self.completion_tokens = usage["output_tokens"]
-        stop = (obj.get("delta") or {}).get("stop_reason") if kind == "message_delta" else msg.get("stop_reason")
+                self.completion_tokens = _int(usage["output_tokens"])
+        stop = _dict(obj.get("delta")).get("stop_reason") if kind == "message_delta" else msg.get("stop_reason")
         if isinstance(stop, str):
             self.finish_reason = stop
         if kind == "message":
-            for block in msg.get("content") or ():
+            for block in _list(msg.get("content")):
                 if isinstance(block, dict) and block.get("type") == "text":
                     self._text(block.get("text"))
 
@@ -117,11 +119,11 @@ class Usage:
             self._usage(usage)
         elif usage is not None:
             self._note(f"usage is a {type(usage).__name__}, not an object")
-        for choice in obj.get("choices") or ():
+        for choice in _list(obj.get("choices")):
             if not isinstance(choice, dict):
                 continue
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
+            if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                self.finish_reason = choice["finish_reason"]
             part = choice.get("delta") or choice.get("message") or {}
             self._text(part.get("content") if isinstance(part, dict) else None)
 
@@ -182,6 +184,14 @@ def _sum_iterations(usage: dict[str, Any]) -> dict[str, Any]:
     return summed
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -201,7 +211,7 @@ class UsageTap:
         self.stream = stream
         self._dec = _decompressor(content_encoding) if content_encoding else None
         self._readable = not content_encoding or self._dec is not None
-        self._buf = b""
+        self._line_parts: list[bytes] = []  # the line being read, before its newline
         self._body: list[bytes] = []
         # the stream's own end was relayed ([DONE], response.completed/incomplete/failed,
         # message_stop): a client that leaves after it had the whole answer
@@ -218,10 +228,14 @@ class UsageTap:
         if not self.stream:
             self._body.append(data)
             return
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
+        if b"\n" not in data:  # a long line in pieces: joined once, at its end
+            self._line_parts.append(data)
+            return
+        first, *lines, rest = data.split(b"\n")
+        self._line(b"".join(self._line_parts) + first)
         for line in lines:
             self._line(line)
+        self._line_parts = [rest] if rest else []
 
     def _line(self, line: bytes) -> None:
         line = line.rstrip(b"\r")
@@ -244,9 +258,9 @@ class UsageTap:
         if not self._readable:
             return self.usage
         if self.stream:
-            if self._buf:
-                self._line(self._buf)
-                self._buf = b""
+            if self._line_parts:
+                self._line(b"".join(self._line_parts))
+                self._line_parts = []
         else:
             try:
                 self.usage.take(json.loads(b"".join(self._body)))

@@ -30,10 +30,14 @@ class RecallOptions:
     min_gap_chars: int = field(default=200, metadata={
         "help": "turns that left the request name themselves in a marker only when they "
                 "held at least this many characters"})
+    max_held_bytes: int = field(default=1_000_000, metadata={
+        "help": "a streamed reply is held from its first context_recall call; past this "
+                "many bytes it is relayed instead, its recall calls left out"})
 
 
 _BOUNDS = {"max_rounds": (1, 10), "max_chars": (200, 1_000_000), "max_calls": (1, 100),
-           "max_total_chars": (200, 10_000_000), "min_gap_chars": (0, 1_000_000)}
+           "max_total_chars": (200, 10_000_000), "min_gap_chars": (0, 1_000_000),
+           "max_held_bytes": (1024, 1 << 30)}
 
 
 def parse_recall(value: Any, error: type[Exception]) -> RecallOptions:

@@ -15,8 +15,10 @@ the follow-ups' tokens as the cost of recall.
 
 Non-streamed replies are read whole (``answer``); streamed ones in ``recall.stream``. A
 reply without a recall call is relayed byte for byte. A follow-up that fails reaches the
-client as that failure. Compressed bodies are read (gzip, deflate); a reply the proxy
-changed (summed usage) goes out uncompressed.
+client as that failure. Compressed bodies are read (gzip, deflate, raw deflate); a reply
+the proxy changed (summed usage) goes out uncompressed, any other with its encoding; a
+200 reply in an encoding the proxy cannot read (br, zstd) answers 502, since it may
+call the tool (the request asks for gzip or identity: ``proxy.edge.chat``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from context_engine.proxy.edge.errors import ProxyError, error_response
+from context_engine.proxy.edge.errors import ProxyError, UpstreamBroken, error_response
 from context_engine.proxy.edge.intake import off_loop
 from context_engine.proxy.edge.jsonspan import object_spans, replace_spans
 from context_engine.proxy.edge.relay import Done, fault
@@ -117,10 +119,11 @@ def decoded(body: bytes, encoding: str) -> bytes | None:
     if encoding in ("", "identity"):
         return body
     if encoding in ("gzip", "deflate"):
-        try:
-            return zlib.decompress(body, 47)  # gzip or zlib header
-        except zlib.error:
-            return None
+        for wbits in (47, -15):  # a gzip or zlib header; else raw deflate, as some servers send
+            try:
+                return zlib.decompress(body, wbits)
+            except zlib.error:
+                continue
     return None
 
 
@@ -154,6 +157,12 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
         tap.feed(body)
         loop.usages.append(tap.close())
         data = reply_json(body, encoding) if r.status_code == 200 else None
+        if r.status_code == 200 and decoded(body, encoding) is None:  # it may call the tool
+            problem = UpstreamBroken(f"the upstream answered in a content-encoding the proxy "
+                                     f"cannot read ({encoding}) to a request offering context_recall")
+            log.warning(problem.message)
+            finish(problem.status, problem.message)
+            return error_response(problem, loop.wire.name == "anthropic")
         if data is not None and isinstance(data.get("usage"), dict):
             loop.raw_usages.append(data["usage"])
         if data is None or not loop.answer_calls(loop.wire.turn(data)):
@@ -165,10 +174,12 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
             return error_response(exc, loop.wire.name == "anthropic")
     headers = response_headers(r.headers.raw) + extra
     if loop.rounds:
-        headers = [(k, v) for k, v in headers if k not in (b"content-length", b"content-encoding")]
+        plain = decoded(body, encoding) if data is not None else None
+        gone = (b"content-length", b"content-encoding") if plain is not None else (b"content-length",)
+        headers = [(k, v) for k, v in headers if k not in gone]  # encoding: only if decoded
         headers.append((ROUNDS_HEADER, str(len(loop.rounds)).encode()))
-        if data is not None:
-            body = _with_usage(loop, decoded(body, encoding) or body, data)
+        if plain is not None and data is not None:
+            body = _with_usage(loop, plain, data)
     if not any(k == b"content-length" for k, _ in headers):
         headers.append((b"content-length", str(len(body)).encode()))
     response = Response(content=body, status_code=r.status_code,

@@ -20,6 +20,7 @@ from context_engine.proxy.recall.wire import (
     DESCRIPTION,
     PARAMETERS,
     Call,
+    Hold,
     Round,
     Turn,
     WireBase,
@@ -66,14 +67,18 @@ def _turn(message: dict[str, Any]) -> Turn:
 
 @dataclass
 class Reply:
-    """One streamed reply: its text, its tool calls (by index) and usage."""
+    """One streamed reply: its text, its tool calls (by index) and usage. Names and
+    arguments arrive in pieces; they are kept as lists and joined once, in ``turn``."""
 
     content: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    names: dict[int, list[str]] = field(default_factory=dict)
+    arguments: dict[int, list[str]] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
+    hold: Hold = field(default_factory=Hold)
 
     def take(self, obj: dict[str, Any]) -> bool:
-        """Read one chunk; whether it holds a tool-call delta."""
+        """Read one chunk; whether a ``context_recall`` call begins in it."""
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
         choices = obj.get("choices")
@@ -83,23 +88,51 @@ class Reply:
             return False
         if isinstance(delta.get("content"), str):
             self.content.append(delta["content"])
-        calls = delta.get("tool_calls")
+        calls, recall = delta.get("tool_calls"), False
         for c in calls if isinstance(calls, list) else []:
             if not isinstance(c, dict):
                 continue
-            index = c.get("index")
-            at = self.calls.setdefault(index if isinstance(index, int) else 0, {
-                "id": "", "type": "function", "function": {"name": "", "arguments": ""}})
-            at["id"] = str(c.get("id") or at["id"])
+            index = _index(c)
             fn = c.get("function")
             fn = fn if isinstance(fn, dict) else {}
-            at["function"]["name"] += str(fn.get("name") or "")
-            at["function"]["arguments"] += str(fn.get("arguments") or "")
-        return bool(calls)
+            if index not in self.calls:
+                recall = self.hold.begins(index, str(fn.get("name") or "")) or recall
+            at = self.calls.setdefault(index, {"id": "", "type": "function"})
+            at["id"] = str(c.get("id") or at["id"])
+            self.names.setdefault(index, []).append(str(fn.get("name") or ""))
+            self.arguments.setdefault(index, []).append(str(fn.get("arguments") or ""))
+        return recall
+
+    def hide(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        choices = obj.get("choices")
+        if not self.hold.recall or not isinstance(choices, list) or not choices or \
+                not isinstance(choices[0], dict):
+            return obj
+        choice = first = choices[0]
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), list):
+            kept = [{**c, "index": at} for c in delta["tool_calls"] if isinstance(c, dict)
+                    and (at := self.hold.index(_index(c))) is not None]
+            rest = {k: v for k, v in delta.items() if k != "tool_calls"}
+            choice = {**choice, "delta": {**rest, "tool_calls": kept} if kept else rest}
+        if choice.get("finish_reason") == "tool_calls" and not self.hold.client_calls:
+            choice = {**choice, "finish_reason": "stop"}
+        return obj if choice is first else {**obj, "choices": [choice, *choices[1:]]}
+
+    def name(self, index: int) -> str:
+        return "".join(self.names.get(index, ()))
 
     def turn(self) -> Turn:
+        calls = [{**self.calls[i], "function": {"name": self.name(i),
+                                                 "arguments": "".join(self.arguments.get(i, ()))}}
+                 for i in sorted(self.calls)]
         return _turn({"role": "assistant", "content": "".join(self.content) or None,
-                      "tool_calls": [self.calls[i] for i in sorted(self.calls)]})
+                      "tool_calls": calls})
+
+
+def _index(call: dict[str, Any]) -> int:
+    raw = call.get("index")
+    return raw if isinstance(raw, int) else 0
 
 
 class ChatContinuity:

@@ -51,13 +51,48 @@ class Turn:
 Round = tuple[Turn, list[str]]  # a reply with recall calls, and their results
 
 
+@dataclass
+class Hold:
+    """The calls of one streamed reply by index: which are ``context_recall`` calls (the
+    stream is held from the first one's start; the name comes first on every API), how
+    many are the client's, and whether one of the client's began before any recall call
+    (it went out: the reply can no longer be asked again)."""
+
+    recall: set[int] = field(default_factory=set)
+    client_calls: int = 0
+    client_first: bool = False
+
+    def begins(self, index: int, name: str) -> bool:
+        """A call starts; True when it is a recall call."""
+        if name == TOOL_NAME:
+            self.recall.add(index)
+            return True
+        self.client_calls += 1
+        self.client_first = self.client_first or not self.recall
+        return False
+
+    def index(self, index: int) -> int | None:
+        """Where the client sees the call or item at ``index`` when the recall calls are
+        left out (None: it is one)."""
+        if index in self.recall:
+            return None
+        return index - sum(1 for i in self.recall if i < index)
+
+
 class Reader(Protocol):
     """One streamed reply, event by event."""
 
     usage: dict[str, Any] | None  # the reply's usage object so far, in its API's shape
+    hold: Hold
 
     def take(self, obj: dict[str, Any]) -> bool:
-        """Read one event; True when the client must not see it yet (a tool call began)."""
+        """Read one event; True when a ``context_recall`` call begins with it (the client
+        must not see it, nor what follows, yet)."""
+
+    def hide(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The event as a client that never declared the tool may see it: the recall
+        calls left out, later indices closed up (``obj`` itself when unchanged; None:
+        nothing is left). For a reply relayed although it calls the tool."""
 
     def turn(self) -> Turn: ...
 

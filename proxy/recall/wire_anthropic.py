@@ -10,7 +10,7 @@
   signatures included; the client's own ``tool_use`` blocks left out: they are asked
   again) and a user message with one ``tool_result`` per recall call. The messages the
   client sent come first, unchanged, so its cached prefix still reads from the cache.
-- Stream: held from the first ``tool_use`` block. The client sees one message: the
+- Stream: held from the first ``tool_use`` block named ``context_recall``. The client sees one message: the
   follow-up's ``message_start`` is left out, its blocks' ``index`` comes after the
   blocks the client already has, and its ``message_delta`` carries the usage summed
   over rounds (input, cache read and write, output).
@@ -25,6 +25,7 @@ from context_engine.proxy.recall.resolve import TOOL_NAME
 from context_engine.proxy.recall.wire import (
     DESCRIPTION,
     PARAMETERS,
+    Hold,
     Round,
     Turn,
     WireBase,
@@ -49,8 +50,11 @@ class Reader:
 
     def __init__(self) -> None:
         self.blocks: dict[int, dict[str, Any]] = {}
-        self.json: dict[int, str] = {}
+        # deltas by block and field ("input" JSON, "text", "thinking", "citations"),
+        # joined once in ``turn``
+        self.parts: dict[tuple[int, str], list[Any]] = {}
         self.usage: dict[str, Any] | None = None
+        self.hold = Hold()
 
     def take(self, obj: dict[str, Any]) -> bool:
         kind, index = obj.get("type"), obj.get("index")
@@ -62,7 +66,9 @@ class Reader:
         elif kind == "content_block_start" and isinstance(index, int) and \
                 isinstance(obj.get("content_block"), dict):
             block = self.blocks[index] = dict(obj["content_block"])
-            return block.get("type") == "tool_use"
+            for key in [k for k in self.parts if k[0] == index]:
+                del self.parts[key]  # a block started again at this index
+            return block.get("type") == "tool_use" and self.hold.begins(index, str(block.get("name") or ""))
         elif kind == "content_block_delta" and index in self.blocks and isinstance(obj.get("delta"), dict):
             self._delta(index, self.blocks[index], obj["delta"])
         return False
@@ -70,22 +76,53 @@ class Reader:
     def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
         kind = delta.get("type")
         if kind == "input_json_delta":
-            self.json[index] = self.json.get(index, "") + str(delta.get("partial_json") or "")
-        elif kind == "text_delta":
-            block["text"] = str(block.get("text") or "") + str(delta.get("text") or "")
-        elif kind == "thinking_delta":
-            block["thinking"] = str(block.get("thinking") or "") + str(delta.get("thinking") or "")
+            self._part(index, "input", str(delta.get("partial_json") or ""))
+        elif kind in ("text_delta", "thinking_delta"):
+            key = kind.removesuffix("_delta")
+            self._part(index, key, str(delta.get(key) or ""))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature")
         elif kind == "citations_delta":
-            block["citations"] = list(block.get("citations") or []) + [delta.get("citation")]
+            self._part(index, "citations", delta.get("citation"))
+
+    def _part(self, index: int, key: str, value: Any) -> None:
+        """Append one delta's piece to what the block started with."""
+        parts = self.parts.get((index, key))
+        if parts is None:
+            start = self.blocks[index].get(key)
+            if key == "citations":
+                parts = list(start) if isinstance(start, list) else []
+            else:
+                parts = [] if key == "input" else [str(start or "")]
+            self.parts[(index, key)] = parts
+        parts.append(value)
+
+    def hide(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        if not self.hold.recall:
+            return obj
+        index = obj.get("index")
+        if isinstance(index, int):
+            at = self.hold.index(index)
+            return None if at is None else obj if at == index else {**obj, "index": at}
+        delta = obj.get("delta")
+        if obj.get("type") == "message_delta" and isinstance(delta, dict) and \
+                delta.get("stop_reason") == "tool_use" and not self.hold.client_calls:
+            return {**obj, "delta": {**delta, "stop_reason": "end_turn"}}
+        return obj
 
     def turn(self) -> Turn:
-        for index, text in self.json.items():
-            try:
-                self.blocks[index]["input"] = json.loads(text) if text.strip() else {}
-            except ValueError:
-                self.blocks[index]["input"] = {}
+        for (index, key), parts in self.parts.items():
+            block = self.blocks[index]
+            if key == "citations":
+                block[key] = list(parts)
+            elif key != "input":
+                block[key] = "".join(parts)
+            else:
+                text = "".join(parts)
+                try:
+                    block["input"] = json.loads(text) if text.strip() else {}
+                except ValueError:
+                    block["input"] = {}
         return _turn([self.blocks[i] for i in sorted(self.blocks)])
 
 

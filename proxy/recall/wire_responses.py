@@ -13,7 +13,7 @@
   ``previous_response_id`` stays the client's. With ``store: false``, reasoning items
   without ``encrypted_content`` cannot be sent back: they are left out and the other
   items go without their ids.
-- Stream: held from the first ``function_call``/``custom_tool_call`` item. The client
+- Stream: held from the first ``function_call`` item named ``context_recall``. The client
   sees one response: the follow-up's ``response.created``/``in_progress`` are left out,
   its ``sequence_number`` continues the client's, its ``output_index`` comes after the
   items the client already has, and its ``response.completed`` carries the first
@@ -28,6 +28,7 @@ from context_engine.proxy.recall.resolve import TOOL_NAME
 from context_engine.proxy.recall.wire import (
     DESCRIPTION,
     PARAMETERS,
+    Hold,
     Round,
     Turn,
     WireBase,
@@ -71,12 +72,17 @@ class Reader:
         self.items: dict[int, Any] = {}
         self.response: dict[str, Any] | None = None
         self.usage: dict[str, Any] | None = None
+        self.hold = Hold()
 
     def take(self, obj: dict[str, Any]) -> bool:
         kind = obj.get("type")
         item = obj.get("item")
         if kind == "response.output_item.added":
-            return isinstance(item, dict) and item.get("type") in CALLS
+            if not isinstance(item, dict) or item.get("type") not in CALLS:
+                return False
+            index = obj.get("output_index")
+            return self.hold.begins(index if isinstance(index, int) else -1,
+                                    str(item.get("name") or "") if item.get("type") == "function_call" else "")
         if kind == "response.output_item.done" and isinstance(obj.get("output_index"), int):
             self.items[obj["output_index"]] = item
         elif kind in ENDS and isinstance(obj.get("response"), dict):
@@ -84,6 +90,23 @@ class Reader:
             usage = self.response.get("usage")
             self.usage = usage if isinstance(usage, dict) else None
         return False
+
+    def hide(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        if not self.hold.recall:
+            return obj
+        index = obj.get("output_index")
+        if isinstance(index, int):
+            at = self.hold.index(index)
+            if at is None:
+                return None
+            obj = obj if at == index else {**obj, "output_index": at}
+        response = obj.get("response")
+        if isinstance(response, dict) and isinstance(response.get("output"), list):
+            output = [i for i in response["output"] if not (isinstance(i, dict) and i.get(
+                "type") == "function_call" and i.get("name") == TOOL_NAME)]
+            if len(output) != len(response["output"]):
+                obj = {**obj, "response": {**response, "output": output}}
+        return obj
 
     def turn(self) -> Turn:
         output = (self.response or {}).get("output")

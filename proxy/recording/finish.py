@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 from typing import Any
 
@@ -65,6 +66,7 @@ class Finisher:
         self.shadow_backlog = 0
         self.max_shadow_backlog = MAX_SHADOW_BACKLOG
         self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
+        self._scheduled = asyncio.Event()  # a row was scheduled (``stop`` waits for one)
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="finish")
 
     def begin(self) -> None:
@@ -80,6 +82,7 @@ class Finisher:
         task = asyncio.get_running_loop().create_task(self._finish(row, data, rewrite, usage, shadow))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
+        self._scheduled.set()
 
     async def _finish(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
                       usage: Usage, shadow: bool) -> None:
@@ -87,6 +90,8 @@ class Finisher:
             if shadow:
                 try:
                     rewrite = await _shadow_rewrite(self.engine, data, row.session)
+                except asyncio.CancelledError:  # shutting down (``stop``): the row still goes
+                    rewrite, row.error = None, row.error or "shadow skipped: shutting down"
                 finally:
                     self.shadow_backlog -= 1
                 fill_from_rewrite(row, rewrite)
@@ -137,6 +142,24 @@ class Finisher:
                 return False
             await asyncio.wait(list(self.pending), timeout=left)
         return True
+
+    async def stop(self, wait: float, then: float) -> None:
+        """Shutting down: wait ``wait`` s for the rows being finished, and for requests
+        begun whose row is not scheduled yet (a request the server just cut schedules it
+        as its cancellation unwinds), then cancel what is left (shadow rewrites: their rows
+        are recorded without) and wait ``then`` s more."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while self.unfinished > 0 and not self.pending and loop.time() < deadline:
+            self._scheduled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._scheduled.wait(), deadline - loop.time())
+        if await self.drain(max(0.0, deadline - loop.time())):
+            return
+        for task in list(self.pending):
+            task.cancel()
+        if not await self.drain(then):
+            log.warning("shutdown: %d ledger rows were not finished", len(self.pending))
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)

@@ -72,7 +72,7 @@ class Metrics:
         self.oscillation = Histogram("context_engine_context_oscillation",
                                      "Share of injected snippets changed from the previous turn",
                                      buckets=SHARE_BUCKETS, registry=r)
-        self.bill = BillMetrics(r)
+        self.bill = BillMetrics(r, self.label)
 
     def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge read when /metrics is scraped (ledger drops, shadow skips, store state)."""
@@ -101,7 +101,8 @@ class Metrics:
             self.utilization.observe(row.utilization)
         if row.oscillation is not None:
             self.oscillation.observe(row.oscillation)
-        self.bill.observe(row)
+        if _count(row.status) < 400:  # a refused request was not billed
+            self.bill.observe(row)
 
     def render(self) -> Any:
         return generate_latest(self.registry)

@@ -22,11 +22,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from context_engine.proxy.edge.sanitize import MAX_MODEL_CHARS
 from context_engine.proxy.recording.ledger import LedgerRow
 
 log = logging.getLogger("context_engine.tracing")
 SCOPE = "context_engine"
 NS = 1_000_000_000
+MAX_ATTRIBUTE_CHARS = MAX_MODEL_CHARS  # client-controlled strings (model, session, path)
 
 
 def make_tracer(exporter: Any = None) -> RequestTracer:
@@ -74,7 +76,8 @@ def attributes(row: LedgerRow) -> dict[str, Any]:
         attrs[f"context_engine.rule.{rule}.saved_tokens"] = saved
     for entry in row.journal:
         attrs[f"context_engine.rule.{entry.get('rule')}.ms"] = entry.get("ms")
-    return {k: v for k, v in attrs.items() if isinstance(v, (str, bool, int, float))}
+    return {k[:MAX_ATTRIBUTE_CHARS]: v[:MAX_ATTRIBUTE_CHARS] if isinstance(v, str) else v
+            for k, v in attrs.items() if isinstance(v, (str, bool, int, float))}
 
 
 class RequestTracer:
@@ -98,7 +101,7 @@ class RequestTracer:
         with trace.use_span(span, end_on_exit=False):
             child = self.tracer.start_span("upstream", kind=SpanKind.CLIENT, start_time=sent,
                                            attributes={"http.response.status_code": row.status,
-                                                       "url.path": row.path})
+                                                       "url.path": row.path[:MAX_ATTRIBUTE_CHARS]})
         if row.error or row.status >= 500 or not row.status:
             for s in (child, span):
                 s.set_status(Status(StatusCode.ERROR, row.error[:200] or f"status {row.status}"))

@@ -75,13 +75,24 @@ def build(rows: list[dict[str, Any]], by: str) -> dict[str, Any]:
     return data
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``, tab,
+    CR first) gets a leading ``'``; numbers stay numbers."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def to_csv(data: dict[str, Any]) -> str:
     out = io.StringIO()
     rows = data["rows"]
     if rows:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
     return out.getvalue()
 
 
@@ -117,8 +128,10 @@ def _bill_lines(o: dict[str, Any]) -> list[str]:
 
 
 def render(data: dict[str, Any]) -> list[Any]:
-    """Rich renderables: the breakdown table, the overall line, and A/B if present."""
+    """Rich renderables: the breakdown table, the overall line, and A/B if present.
+    Strings from the ledger (models, sessions, rules) go in as ``Text``: never markup."""
     from rich.table import Table
+    from rich.text import Text
 
     by = data["by"]
     table = Table(title=f"Context Engine — bill before and after, by {by}")
@@ -126,7 +139,7 @@ def render(data: dict[str, Any]) -> list[Any]:
         for col in ("rule", "tokens saved", "fired", "runs", "failures", "would save (shadow)", "ms/run"):
             table.add_column(col, justify="left" if col == "rule" else "right")
         for r in data["rows"]:
-            table.add_row(r["rule"], f"{r['saved']:,}", str(r["fired"]), str(r["runs"]),
+            table.add_row(Text(str(r["rule"])), f"{r['saved']:,}", str(r["fired"]), str(r["runs"]),
                           str(r["failures"]), f"{r['would_save']:,}",
                           f"{r['ms_total'] / r['runs']:.2f}" if r["runs"] else "-")
     else:
@@ -134,7 +147,7 @@ def render(data: dict[str, Any]) -> list[Any]:
                     "cost original → actual", "saving"):
             table.add_column(col, justify="left" if col == by else "right")
         for t in data["rows"]:
-            table.add_row(t["key"], str(t["requests"]),
+            table.add_row(Text(str(t["key"])), str(t["requests"]),
                           f"{t['tokens_original']:,} → {t['tokens_sent']:,} (-{t['token_saving_pct']:.1f}%)",
                           f"{t['cached_tokens']:,}", _money(t),
                           f"{t['saving_pct']:.1f}%" if t["priced"] else "-")
@@ -177,17 +190,19 @@ def _epochs_table(sessions: list[dict[str, Any]]) -> Any:
 
 def _breaks_table(breaks: list[dict[str, Any]]) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Cache breaks by rule (the sent prefix changed against the session's previous request)")
     for col in ("cause", "requests", "tokens sent after the break"):
         table.add_column(col, justify="left" if col == "cause" else "right")
     for b in breaks:
-        table.add_row(b["cause"], str(b["breaks"]), f"{b['tokens_after_break']:,}")
+        table.add_row(Text(str(b["cause"])), str(b["breaks"]), f"{b['tokens_after_break']:,}")
     return table
 
 
 def _ab_table(ab: dict[str, Any]) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="A/B: what the provider billed, per arm (sessions are the unit; measured)")
     for col in ("arm", "sessions", "requests", "$/request", "prompt tok/request", "errors",
@@ -197,7 +212,7 @@ def _ab_table(ab: dict[str, Any]) -> Any:
         return "-" if v is None else format(v, f)
 
     for arm, a in ab["arms"].items():
-        table.add_row(arm, str(a["sessions"]), str(a["requests"]), fmt(a["cost_per_request"], ".6f"),
+        table.add_row(Text(str(arm)), str(a["sessions"]), str(a["requests"]), fmt(a["cost_per_request"], ".6f"),
                       fmt(a["prompt_tokens_per_request"], ",.0f"), fmt(a["error_share"], ".1%"),
                       fmt(a["cut_share"], ".1%"), fmt(a["turns_per_session"], ".1f"),
                       fmt(a["tool_retries_per_request"], ".3f"))

@@ -1,0 +1,117 @@
+"""A long stream of tiny deltas through the proxy: its cost, and what it costs others.
+
+Starts a streaming upstream on loopback (its own process: every reply is ``--deltas``
+one-character content events, each written on its own) and the proxy (passthrough, its
+own process). Times one streamed reply read directly and through the proxy; then,
+while a second such stream runs through the proxy, times a small non-streamed request
+from another caller. Run by hand; the numbers go in the README, not in tests:
+
+    python3 bench/stream_deltas.py [--deltas 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from context_engine.bench.fleet import free_port, wait_up
+
+UPSTREAM = r'''
+import json, sys, uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+N = int(sys.argv[2])
+def event(delta, finish=None):
+    data = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+async def chat(request):
+    body = await request.json()
+    if not body.get("stream"):
+        return JSONResponse({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})
+    async def gen():
+        yield event({"role": "assistant", "content": ""})
+        for _ in range(N):
+            yield event({"content": "x"})
+        yield event({}, "stop")
+        yield b"data: [DONE]\n\n"
+    return StreamingResponse(gen(), media_type="text/event-stream")
+app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+'''
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def read_stream(url: str) -> tuple[float, int]:
+    start, events = time.perf_counter(), 0
+    with httpx.stream("POST", url + "/chat/completions", json={**BODY, "stream": True},
+                      timeout=300) as r:
+        for line in r.iter_lines():
+            events += line.startswith("data:")
+    return time.perf_counter() - start, events
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deltas", type=int, default=20_000)
+    args = ap.parse_args(argv)
+    up_port, proxy_port = free_port(), free_port()
+    env = {**os.environ, "CONTEXT_ENGINE_LOG_LEVEL": "warning"}
+    procs: list[Any] = [subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port), str(args.deltas)])]
+    upstream = f"http://127.0.0.1:{up_port}/v1"
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--port", str(proxy_port),
+         "--upstream", upstream, "--rules", "", "--store", "memory://", "--config", os.devnull,
+         "--ledger", f"/tmp/context-engine-stream-deltas-{proxy_port}.db"], env=env))
+    proxy = f"http://127.0.0.1:{proxy_port}/v1"
+    try:
+        wait_up(f"http://127.0.0.1:{proxy_port}/healthz", proc=procs[1])
+        for _ in range(50):
+            try:
+                httpx.post(upstream + "/chat/completions", json=BODY)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        read_stream(proxy)  # warm up
+        direct, n_direct = read_stream(upstream)
+        through, n_through = read_stream(proxy)
+        waits: list[float] = []
+
+        def other_caller() -> None:
+            time.sleep(0.2)  # the stream is under way
+            start = time.perf_counter()
+            httpx.post(proxy + "/chat/completions", json=BODY, timeout=60)
+            waits.append(time.perf_counter() - start)
+
+        t = threading.Thread(target=other_caller)
+        t.start()
+        read_stream(proxy)
+        t.join()
+        idle_start = time.perf_counter()
+        httpx.post(proxy + "/chat/completions", json=BODY, timeout=60)
+        idle = time.perf_counter() - idle_start
+        print(json.dumps({"deltas": args.deltas, "direct_s": round(direct, 3),
+                          "through_proxy_s": round(through, 3), "events": [n_direct, n_through],
+                          "other_caller_during_stream_s": round(waits[0], 3),
+                          "other_caller_idle_s": round(idle, 3)}))
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+
+
+if __name__ == "__main__":
+    main()
