@@ -57,20 +57,23 @@ def row_bill(row: dict[str, Any]) -> RowBill | None:
     out = (row.get("completion_tokens") or 0) * price.output
     actual = _input_cost(price, prompt, cached, write) + out
     # the estimate counts with the proxy's tokenizer; the bill with the provider's
-    sent = row.get("tokens_sent") or 0
+    sent, original = row.get("tokens_sent") or 0, row.get("tokens_original") or 0
     scale = prompt / sent if sent and row.get("prompt_tokens") is not None else 1.0
     est_read, est_write = row.get("est_cached_original"), row.get("est_write_original") or 0
+    billed = row.get("arm") in ("shadow", "passthrough", "bypass") or row.get("failed_open")
+    # What the rules removed is message text. Where the proxy counts with the model's own
+    # encoding it counted that text exactly, and the request's provider/proxy ratio
+    # (scale) would overstate it: that ratio also carries the provider's framing of what
+    # stayed (roles, tool calls), which compaction keeps while it removes text. The
+    # original's own ratio then converts its cache estimate.
+    exact = not row.get("encoding_fallback") and not billed and original > sent > 0
+    saved = round((original - sent) * (1.0 if exact else scale))
+    ratio = (prompt + saved) / original if exact else scale
     if est_read is not None:
-        est_read, est_write = round(est_read * scale), round(est_write * scale)
-    if row.get("arm") in ("shadow", "passthrough", "bypass") or row.get("failed_open"):
+        est_read, est_write = round(est_read * ratio), round(est_write * ratio)
+    if billed:
         estimate = None if est_read is None else _input_cost(price, prompt, est_read, est_write) + out
         return RowBill(actual, actual, "billed", estimate)
-    # what the rules removed is message text: where the proxy counts with the model's own
-    # encoding it counted it exactly; the request's ratio (scale) also carries the
-    # provider's framing of what stayed (tool calls, roles), which compaction leaves
-    # nearly alone while it removes text, so it would overstate the original
-    saved = round(((row.get("tokens_original") or 0) - sent)
-                  * (scale if row.get("encoding_fallback") else 1.0))
     if est_read is None:
         cached = min(cached, prompt)
         return RowBill((prompt + saved - cached) * price.input + cached * price.cached_input + out,
