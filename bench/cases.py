@@ -104,7 +104,7 @@ def load_cases(path: Path, limit: int | None = None, dedupe: bool = False) -> li
             if not line.strip():
                 continue
             case = case_from_json(json.loads(line))
-            key = str(case.meta.get("sample_id") or case.id)
+            key = str(case.meta.get("sample_id") or case.id) if dedupe else case.id
             cut = case.meta.get("cut_index")
             if dedupe and case.meta.get("task") and isinstance(cut, int):
                 key = "task:" + str(case.meta["task"])
