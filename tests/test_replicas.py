@@ -59,7 +59,9 @@ def _send(url: str, sid: str, messages: list[Any], tools: Any) -> None:
 
     client = OpenAI(base_url=url + "/v1", api_key="sk-replica-test", max_retries=0, timeout=120)
     extra = {"tools": tools} if tools else {}
-    reply = client.chat.completions.create(model="gpt-4o", messages=messages,
+    # the session id goes to the proxy in X-Session-Id, which it never forwards; the
+    # body's ``user`` field (forwarded as sent) tells the mock whose request it got
+    reply = client.chat.completions.create(model="gpt-4o", messages=messages, user=sid,
                                            extra_headers={"X-Session-Id": sid}, **extra)
     assert reply.choices
 
@@ -73,7 +75,7 @@ def _replay(sid: str, session: tuple[Any, list[int], Any], url_for: Any) -> None
 def _bodies(mock: Any, start: int) -> dict[str, list[bytes]]:
     out: dict[str, list[bytes]] = defaultdict(list)
     for r in mock.received[start:]:
-        out[r.headers.get("x-session-id", "")].append(r.body)
+        out[str(json.loads(r.body).get("user", ""))].append(r.body)
     return out
 
 

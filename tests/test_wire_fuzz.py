@@ -8,6 +8,7 @@ the conversation is unchanged."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.recall.wire import tool_name
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 from tests import raw_upstream
@@ -133,7 +135,8 @@ def test_generated_bodies_never_5xx_and_keep_opaque_bytes(server, api, turns):
     raw = json.dumps(body).encode()
     before = len(upstream.received)
     r = httpx.post(proxy.url + PATH[api], content=raw, timeout=30,
-                   headers={"content-type": "application/json", "x-session-id": f"fuzz-{api}"})
+                   headers={"content-type": "application/json",
+                            "x-session-id": f"fuzz-{api}-{hashlib.sha256(raw).hexdigest()[:16]}"})
     assert r.status_code < 500, r.text
     if r.status_code >= 400:
         err = r.json()
@@ -148,5 +151,8 @@ def test_generated_bodies_never_5xx_and_keep_opaque_bytes(server, api, turns):
     text = sent.decode()
     assert in_order(text, opaque_texts(api, body)), "opaque items changed, dropped or moved"
     got = json.loads(sent)
+    tools = got.get("tools")
+    if isinstance(tools, list) and tools and tool_name(tools[-1]) == "context_recall":
+        got["tools"] = tools[:-1]  # recall's one addition, once a rewrite of the session was lossy
     assert {k: v for k, v in got.items() if k != CONVERSATION[api]} == {
         k: v for k, v in body.items() if k != CONVERSATION[api]}
