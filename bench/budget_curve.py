@@ -7,8 +7,8 @@ For each budget the configured rules run over every LoCoMo case (``bench/memory_
 full hybrid search, every turn embedded), and the script prints one Markdown row per
 budget (pooled reduction, evidence kept, and per category) and, with ``--png``, draws
 the curve (needs matplotlib: ``pip install -e '.[dev]'``). ``broad_budget``, when set,
-scales with the knob (the configured ratio of the two is kept). Wrap it in the bench
-lock: ``flock /work/helpers/bench.lock …``.
+scales with the knob (the configured ratio of the two is kept). Run it alone on an idle
+machine.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ its conversation.
 ``--ablate`` repeats the whole procedure with each ranking part fixed off (``PARTS``):
 the held-out cases it loses are what the part is worth on conversations it was not tuned
 on. Rows are memoised per option set (``bench/memory_eval.py``), so a rerun only
-computes what changed. Wrap it in the bench lock: ``flock /work/helpers/bench.lock …``.
+computes what changed. Run it alone on an idle machine (timings and CPU share matter).
 """
 
 from __future__ import annotations
