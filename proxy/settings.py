@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from context_engine.proxy.config_values import ConfigError as ConfigError  # re-exported
+from context_engine.proxy.config_values import coerce, field_type, read_yaml
 from context_engine.proxy.engine.contract import Rule, RuleDeps
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
 from context_engine.proxy.engine.sessions import KINDS
@@ -28,10 +28,6 @@ Registry = Mapping[str, type[Rule]]
 
 MODES = ("rewrite", "shadow", "ab")
 ENV_PREFIX = "CONTEXT_ENGINE_"
-
-
-class ConfigError(ValueError):
-    """A bad setting; the message names the key and what would be valid."""
 
 
 @dataclass(frozen=True)
@@ -109,31 +105,6 @@ SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings)
 ALL_KEYS = [f.name for f in dataclasses.fields(Settings)]
 
 
-def _coerce(key: str, value: Any, kind: type) -> Any:
-    try:
-        if kind is bool and isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if kind in (int, float) and isinstance(value, bool):
-            raise ValueError(value)
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError(value)
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}: {value!r} is not a valid {kind.__name__}") from None
-
-
-def _field_type(cls: type, name: str) -> type:
-    hints = {f.name: f for f in dataclasses.fields(cls)}
-    default, factory = hints[name].default, hints[name].default_factory
-    if default is dataclasses.MISSING and callable(factory):
-        default = factory()
-    return type(default)
-
-
 def parse_rules(value: Any, source: str, registry: Registry = REGISTRY) -> tuple[str, ...]:
     """``rules`` from config.yaml (mapping name → on/off, in order) or a comma list."""
     if isinstance(value, str):
@@ -174,13 +145,13 @@ def build_rule_config(name: str, options: Mapping[str, Any], registry: Registry 
         if key not in valid:
             raise ConfigError(
                 f"rule_options.{name}.{key}: unknown option; valid options: {', '.join(valid)}")
-        kind = _field_type(cls, key)
+        kind = field_type(cls, key)
         if kind in (list, tuple, dict):
             if not isinstance(value, kind if kind is not tuple else (list, tuple)):
                 raise ConfigError(f"rule_options.{name}.{key}: expected a {kind.__name__}")
             clean[key] = tuple(value) if kind is tuple else value
         else:
-            clean[key] = _coerce(f"rule_options.{name}.{key}", value, kind)
+            clean[key] = coerce(f"rule_options.{name}.{key}", value, kind)
     try:
         return cls(**clean)
     except (TypeError, ValueError) as exc:
@@ -200,10 +171,10 @@ def load_settings(
     path = config_path or flags.get("config") or env.get(ENV_PREFIX + "CONFIG")
     file_values: dict[str, Any] = {}
     if path:
-        file_values = _read_yaml(path)
+        file_values = read_yaml(path)
     elif Path("config.yaml").is_file():
         path = "config.yaml"
-        file_values = _read_yaml(path)
+        file_values = read_yaml(path)
     source = path or "defaults"
 
     values: dict[str, Any] = {}
@@ -222,7 +193,7 @@ def load_settings(
     out: dict[str, Any] = {}
     for key in SCALAR_KEYS:
         if key in values:
-            out[key] = _coerce(key, values[key], _field_type(Settings, key))
+            out[key] = coerce(key, values[key], field_type(Settings, key))
     out["rules"] = (parse_rules(values["rules"], source, registry) if "rules" in values
                     else DEFAULT_RULES)
     options = values.get("rule_options") or {}
@@ -242,21 +213,6 @@ def load_settings(
     settings = Settings(**out)
     _check(settings)
     return settings
-
-
-def _read_yaml(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config: {path} is not valid YAML: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config: {path} must hold a mapping of settings")
-    return data
 
 
 def _check(s: Settings) -> None:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import threading
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +37,7 @@ from context_engine.proxy.adapters.anthropic import parse as parse_anthropic
 from context_engine.proxy.adapters.responses import parse as parse_responses
 from context_engine.proxy.demo import mock_apis
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
+from context_engine.proxy.demo.server_thread import ServerThread as ServerThread  # re-exported
 from context_engine.proxy.engine.prefix import strip_marks
 from context_engine.proxy.engine.tokens import TokenCounter
 
@@ -238,37 +237,6 @@ def build_mock_app(state: MockState) -> Starlette:
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/{path:path}", other, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ])
-
-
-class ServerThread:
-    """Runs an ASGI app with uvicorn on 127.0.0.1 in a background thread."""
-
-    def __init__(self, app: Any, port: int = 0) -> None:
-        self.config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                     lifespan="on", access_log=False)
-        self.server = uvicorn.Server(self.config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started:
-            if time.time() > deadline or not self.thread.is_alive():
-                raise RuntimeError("server did not start")
-            time.sleep(0.01)
-        return self
-
-    @property
-    def port(self) -> int:
-        return int(self.server.servers[0].sockets[0].getsockname()[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 class MockUpstream(ServerThread):

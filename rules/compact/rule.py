@@ -91,10 +91,9 @@ class Compact:
         self.clock = clock
 
     def _candidates(self, original: list[Any], cleared: dict[int, str], agent: bool,
-                    counter: TokenCounter) -> list[int]:
-        """Client indices an epoch would clear now, in order."""
+                    seen: frozenset[int], counter: TokenCounter) -> list[int]:
+        """Client indices an epoch would clear now, in order (``seen``: observations)."""
         pins = set(pinned(original, agent)) | {last_user_index(original)}
-        seen = observations(original)
         results = [i for i, m in enumerate(original) if isinstance(m, dict)
                    and (m.get("role") == "tool" or i in seen)]
         prose = [i for i, m in enumerate(original) if isinstance(m, dict)
@@ -112,9 +111,8 @@ class Compact:
                 out.append(i)
         return out
 
-    def _clearable(self, original: list[Any], agent: bool, counter: TokenCounter) -> int:
+    def _clearable(self, original: list[Any], seen: frozenset[int], counter: TokenCounter) -> int:
         """Tokens of the messages an epoch may ever clear (results, and prose when on)."""
-        seen = observations(original)
         return sum(counter.text(m["content"]) for i, m in enumerate(original)
                    if isinstance(m, dict) and isinstance(m.get("content"), str)
                    and (m.get("role") == "tool" or i in seen
@@ -145,45 +143,50 @@ class Compact:
         last_seen = committed.seen if committed is not None else 0.0
         cold = self.config.cache_ttl > 0 and last_seen > 0 and now - last_seen > self.config.cache_ttl
         counter = TokenCounter(ctx.encoding)
+        prices = Prices.of(ctx.model, self.config)
         current = self._cleared(list(ctx.messages), original, line.cleared)
-        fired = self._epoch(ctx, original, line, current, counter, cold)
+        epoch = self._epoch(ctx, original, line, current, counter, prices, cold)
         line.seen = now
-        if not commit(store, session, line) and fired is not None:
-            line.cleared = {i: h for i, h in line.cleared.items() if i not in fired}
+        fired = epoch is not None
+        if epoch is not None and not commit(store, session, line):
+            line.cleared = {i: h for i, h in line.cleared.items() if i not in epoch[0]}
             line.epochs.pop()
-            fired = None
-        if fired is not None:
-            for i in fired:  # the way back: context_recall finds it by its id
+            fired = False
+        elif epoch is not None:
+            for i in epoch[0]:  # the way back: context_recall finds it by its id
                 keep_original(store, text_of(original[i]), scope=ctx.caller)
-            current = self._cleared(list(ctx.messages), original, line.cleared)
-        figures = self._figures(line, fired is not None, agent,
-                                Prices.of(ctx.model, self.config).assumed)
+            current = epoch[1]
+        else:
+            commit(store, session, line)
+        figures = self._figures(line, fired, agent, prices.assumed)
         if not line.cleared:
             return ctx.replace(compaction=figures)
         return ctx.replace(messages=current, compaction=figures).with_note(
-            self.name, {"epoch": line.epoch, "cleared": len(line.cleared),
-                        "fired": fired is not None})
+            self.name, {"epoch": line.epoch, "cleared": len(line.cleared), "fired": fired})
 
     def _epoch(self, ctx: RequestContext, original: list[Any], line: Line, current: list[Any],
-               counter: TokenCounter, cold: bool) -> list[int] | None:
-        """Fire an epoch on ``line`` when it pays (in place); the client indices it cleared."""
-        if counter.messages(current) < trigger(ctx.model, self.config):
+               counter: TokenCounter, prices: Prices,
+               cold: bool) -> tuple[list[int], list[Any]] | None:
+        """Fire an epoch on ``line`` when it pays (in place): the client indices it cleared
+        and the messages as they now go out."""
+        tokens = counter.messages(current)
+        if tokens < trigger(ctx.model, self.config):
             return None
-        new = self._candidates(original, line.cleared, ctx.kind == AGENT, counter)
+        seen = observations(original)
+        new = self._candidates(original, line.cleared, ctx.kind == AGENT, seen, counter)
         if not new:
             return None
         ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
         after = self._cleared(list(ctx.messages), original, ids)
-        cleared = counter.messages(current) - counter.messages(after)
+        cleared = tokens - counter.messages(after)
         # the first epoch also adds context_recall to the tools (before every message): the
         # whole request is new; on Anthropic all after the system prompt's breakpoint is
-        prices = Prices.of(ctx.model, self.config)
         first = 0 if not line.epochs else system_prefix_len(after) if prices.breakpoints \
             else min((j for j, (a, b) in enumerate(zip(current, after)) if a is not b),
                      default=len(after))
         after_first = counter.messages(after[first:])
         requests = sum(1 for m in original if isinstance(m, dict) and m.get("role") == "assistant") + 1
-        growth = self._clearable(original, ctx.kind == AGENT, counter) / requests
+        growth = self._clearable(original, seen, counter) / requests
         p = plan(self.config, prices, cleared, after_first, requests, growth, cold)
         if not p.fire:
             return None
@@ -191,7 +194,7 @@ class Compact:
         line.at = len(original)
         line.epochs.append(Epoch(line.epoch + 1, len(original), len(new), cleared,
                                  round(p.miss, 1), round(p.save, 1), p.reason))
-        return new
+        return new, after
 
     def _figures(self, line: Line, fired: bool, agent: bool, assumed: bool) -> Compaction:
         last = line.epochs[-1] if line.epochs else None

@@ -47,12 +47,11 @@ Risks
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from context_engine.proxy.engine.context import MemoryFigures, RequestContext
@@ -68,7 +67,7 @@ from context_engine.proxy.engine.messages import (
 )
 from context_engine.proxy.engine.sessions import AGENT, first_user_index
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.store.stores import StoreUnavailable
+from context_engine.rules.retrieve.committed import ZONE_PREFIX, Zone, commit, committed
 from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
@@ -80,28 +79,12 @@ from context_engine.rules.retrieve.search import (
     Hit,
     SearchParams,
     fused_scores,
-    render,
     select,
 )
 from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
 ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
-ZONE_PREFIX = "retrieve:zone:"
-
-
-@dataclass(frozen=True)
-class Zone:
-    """One user turn's memory zone as committed to the store: its text and what it cites."""
-
-    text: str
-    injected: tuple[str, ...] = ()
-    scores: tuple[float, ...] = ()
-
-    @classmethod
-    def of(cls, hits: list[Hit]) -> Zone:
-        return cls(render(hits), tuple(f"{h.chunk.header}#{h.chunk.index}" for h in hits),
-                   tuple(h.score for h in hits))
 
 
 def _is_memory(m: Any) -> bool:
@@ -254,7 +237,7 @@ class Retrieve:
             if u != lu and self.tail.epoch_cut(msgs[: u + 1], counter) != cut:
                 continue
             key = ZONE_PREFIX + fingerprint(session, cut, [text_of(m) for m in msgs[head:u + 1]])
-            found, zone = self._committed(key)
+            found, zone = committed(self.deps.store, key)
             if not found:
                 query = text_of(msgs[u])
                 window = kept_text + [text_of(m) for m in msgs[cut:u]] + [z.text for z in zones.values()]
@@ -265,37 +248,11 @@ class Retrieve:
                     budget = min(wanted, left - ZONE_OVERHEAD)
                     hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
                     zone = Zone.of(hits) if hits else None
-                zone = self._commit(key, zone)
+                zone = commit(self.deps.store, key, zone)
             if zone is not None:
                 zones[u] = zone
                 left -= counter.message({"role": "user", "content": zone.text})
         return zones
-
-    def _committed(self, key: str) -> tuple[bool, Zone | None]:
-        """(found, zone) of a committed decision; not found when the store is down."""
-        try:
-            raw = self.deps.store.get(key)
-        except StoreUnavailable:
-            return False, None
-        if raw is None:
-            return False, None
-        try:
-            data = json.loads(raw)
-            return True, (Zone(str(data["text"]), tuple(data["injected"]), tuple(data["scores"]))
-                          if data else None)
-        except (ValueError, KeyError, TypeError):  # unreadable: decide again
-            return False, None
-
-    def _commit(self, key: str, zone: Zone | None) -> Zone | None:
-        """Commit ``zone`` unless another request did first; the committed one."""
-        try:
-            found, earlier = self._committed(key)
-            if found:
-                return earlier
-            self.deps.store.set(key, json.dumps(asdict(zone) if zone else {}).encode())
-        except StoreUnavailable:
-            pass
-        return zone
 
     def _assemble(self, msgs: list[Any], head: int, cut: int,
                   zones: dict[int, Zone], keep: frozenset[int]) -> list[Any]:
