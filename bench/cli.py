@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by-dataset", action="store_true",
                         help="report each meta.dataset of a file separately (e.g. tau-bench)")
     parser.add_argument("--by-category", action="store_true",
-                        help="one table per meta.category_name (LoCoMo: single-hop, multi-hop, …)")
+                        help="one table per meta.category_name (LoCoMo: single-hop, multi-hop, …) or "
+                             "meta.question_type (LongMemEval)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:RULE.OPT=VAL[,…]",
                         help="also run the engine with these options changed, as system NAME "
                              "(repeatable; e.g. 'no-expansion:retrieve.expansion=0')")
@@ -80,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the engine offers context_recall and a scripted careful model recalls "
                              "missing evidence a marker names (bench/recall_model.py); replay: at "
                              "each cut point of a session")
+    parser.add_argument("--cold", action="store_true",
+                        help="the engine meets every session on a fresh, empty store (a resumed "
+                             "chat, a stateless client): nothing embedded or indexed before")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -103,6 +107,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     for s in systems:
         if isinstance(s, EngineSystem):
             s.recall = args.recall
+            s.cold = args.cold
     if args.api != "chat":
         systems = [WireSystem(s, args.api, args.opaque) if isinstance(s, EngineSystem) else s
                    for s in systems]
@@ -117,6 +122,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "cache_ratio": args.cache_ratio,
         "cache_scope": args.cache_scope,
         "api": args.api,
+        "cold": args.cold,
         "files": {},
     }
     for path in files:
@@ -154,7 +160,8 @@ def _groups(name: str, cases: list[Case], by_dataset: bool,
         return [(name, cases)]
 
     def key(c: Case) -> str:
-        category = str(c.meta.get("category_name", "")) if by_category else ""
+        category = str(c.meta.get("category_name") or c.meta.get("question_type") or "") \
+            if by_category else ""  # LoCoMo's category, LongMemEval's question type
         return " ".join(p for p in (c.dataset, category) if p)
 
     keys = sorted({key(c) for c in cases})

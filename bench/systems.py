@@ -9,6 +9,7 @@ proxy keeps its store across one agent's requests. The project's systems run thr
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,12 +84,18 @@ class BaselineSystem:
         return _FunctionSession(self.fn)
 
 
+def _size(body: dict[str, Any]) -> int:
+    """The body's size on the wire (what the server's deadline scales with)."""
+    return len(json.dumps(body, ensure_ascii=False).encode())
+
+
 @dataclass
 class _EngineSession:
     engine: Engine
     session_id: str
     model: str
     recall: bool = False  # offer context_recall as if the client had tools (bench --recall)
+    cold: bool = False
 
     async def rewrite(self, messages: Messages, tools: list[dict[str, Any]] | None) -> Outcome:
         body: dict[str, Any] = {"model": self.model, "messages": messages}
@@ -99,7 +106,8 @@ class _EngineSession:
                                        can_offer=self.recall or can_offer(body))
         ms = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
-        self.engine.prefetch()  # the server runs this while the upstream replies
+        if not self.cold:  # a cold session's store is thrown away after its one request
+            self.engine.prefetch()  # the server runs this while the upstream replies
         background = (time.perf_counter() - start) * 1000
         ctx = rw.result.ctx
         out: list[dict[str, Any]] = list(ctx.messages)  # type: ignore[arg-type]  # Message is a TypedDict
@@ -107,7 +115,7 @@ class _EngineSession:
                        problems=rewrite_problems(messages, out, ctx.system_line, ctx.kind),
                        failed_open=rw.result.failed_open,
                        reverted_because=list(rw.result.problems), background_ms=background,
-                       over_deadline=0 < self.engine.settings.rules_deadline_ms < ms,
+                       over_deadline=ms > 1000 * (self.engine.deadline_for(_size(body)) or float("inf")),
                        recall=rw.recall)
 
 
@@ -127,13 +135,17 @@ class EngineSystem:
     embedder: Embedder | None = None
     recall: bool = False
     registry: Registry = field(default_factory=lambda: REGISTRY)
+    cold: bool = False  # every session on a fresh, empty store (bench --cold)
 
     def open(self, session_id: str, model: str | None = None) -> Session:
         """A session sending ``model`` (default: the system's; a replay sends the model
-        it bills, so price-aware rules plan with that model's prices)."""
-        engine = Engine(self.settings, store=self.store, embedder=self.shared_embedder(),
+        it bills, so price-aware rules plan with that model's prices). ``cold``: on a
+        store of its own, as a resumed chat or a stateless client's first request meets
+        a proxy that never saw the conversation (no vector, no index, no summary)."""
+        store = MemoryStore() if self.cold else self.store
+        engine = Engine(self.settings, store=store, embedder=self.shared_embedder(),
                         registry=self.registry)
-        return _EngineSession(engine, session_id, model or self.model, self.recall)
+        return _EngineSession(engine, session_id, model or self.model, self.recall, self.cold)
 
     def shared_embedder(self) -> Embedder | None:
         """The one embedder every session (and variant) of this system uses."""

@@ -83,6 +83,10 @@ class Settings:
     log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
     rules_deadline_ms: float = field(default=250.0, metadata={
         "help": "a rewrite not done this long after the request arrived sends the original (failed open; 0 = no deadline)"})
+    rules_deadline_per_10k_tokens_ms: float = field(default=60.0, metadata={
+        "help": "added to rules_deadline_ms per 10k tokens of the request (estimated as body bytes / 4): a long history has more to index"})
+    rules_deadline_max_ms: float = field(default=1000.0, metadata={
+        "help": "the scaled deadline never grows past this (or rules_deadline_ms, if larger)"})
     rule_workers: int = field(default=0, metadata={
         "help": "threads that run rewrites of different sessions in parallel (0 = the cores)"})
     rules_queue: int = field(default=256, metadata={
@@ -234,6 +238,9 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:
         raise ConfigError("rules_deadline_ms and rule_workers must be at least 0, rules_queue at least 1")
+    for key in ("rules_deadline_per_10k_tokens_ms", "rules_deadline_max_ms"):
+        if getattr(s, key) < 0:
+            raise ConfigError(f"{key}: {getattr(s, key)} must be at least 0")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     if not 0 <= s.shutdown_grace <= 3600:

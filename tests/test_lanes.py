@@ -243,7 +243,35 @@ def test_no_deadline_within_it():
     assert r.result.changed and not r.result.failed_open and engine.lane_stats()["deadline"] == 0
 
 
-@pytest.mark.parametrize("bad", [{"rules_deadline_ms": -1}, {"rules_queue": 0}, {"rule_workers": -2}])
+def test_a_long_request_gets_a_longer_deadline():
+    """The deadline grows with the body (bytes / 4 as tokens), up to its cap: a rewrite
+    held 300 ms fails open on a short request and goes through on a 120k-token one."""
+    rule = Gate()
+    engine = engine_with(rule, rules_deadline_ms=100.0, rules_deadline_per_10k_tokens_ms=60.0,
+                         rules_deadline_max_ms=900.0)
+    assert engine.deadline_for(0) == pytest.approx(0.1)
+    assert engine.deadline_for(480_000) == pytest.approx(0.82)  # 120k tokens: 100 + 12 × 60 ms
+    assert engine.deadline_for(10**9) == pytest.approx(0.9)  # capped
+
+    async def held(key: str, size: int):
+        timer = threading.Timer(0.3, rule.gate(key).set)
+        timer.start()
+        try:
+            return await engine.rewrite_off_loop(body(key), key, size=size)
+        finally:
+            timer.join()
+
+    try:
+        short = asyncio.run(held("short", 100))
+        long = asyncio.run(held("long", 480_000))
+    finally:
+        engine.close()
+    assert short.result.failed_open and short.result.problems == ["rules_deadline_ms passed"]
+    assert long.result.changed and not long.result.failed_open
+
+
+@pytest.mark.parametrize("bad", [{"rules_deadline_ms": -1}, {"rules_queue": 0}, {"rule_workers": -2},
+                                 {"rules_deadline_per_10k_tokens_ms": -5}, {"rules_deadline_max_ms": -1}])
 def test_bad_lane_settings_stop_start_up(bad):
     from context_engine.proxy.settings import ConfigError
 

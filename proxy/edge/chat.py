@@ -166,7 +166,7 @@ class ChatCompletions:
             row.context["skipped"] = "rules_max_body_bytes"
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
             caller = caller_hash(request.headers, self.session_key)
-            rewrite = await self._rewrite(body.chat, sid, choice, offer, caller)
+            rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw))
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
             if arm == "rewrite" and (choice == "off" or too_big):
@@ -194,9 +194,9 @@ class ChatCompletions:
             return raw
 
     async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None,
-                       offer: bool = False, caller: str = "") -> Rewrite | None:
+                       offer: bool = False, caller: str = "", size: int = 0) -> Rewrite | None:
         try:
-            return await self.engine.rewrite_off_loop(body, sid, choice, offer, caller)
+            return await self.engine.rewrite_off_loop(body, sid, choice, offer, caller, size)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

@@ -82,18 +82,30 @@ class Engine:
         return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller,
                                                     deadline))
 
+    def deadline_for(self, size: int) -> float | None:
+        """Seconds a rewrite of a ``size``-byte request may take: ``rules_deadline_ms``,
+        plus ``rules_deadline_per_10k_tokens_ms`` per 10k tokens (bytes / 4: no
+        tokenizing on the event loop), at most ``rules_deadline_max_ms`` (or the base, if
+        larger); None: no deadline."""
+        if self.deadline_s is None:
+            return None
+        s = self.settings
+        scaled = s.rules_deadline_ms + s.rules_deadline_per_10k_tokens_ms * size / 40_000
+        return min(scaled, max(s.rules_deadline_max_ms, s.rules_deadline_ms)) / 1000
+
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
                                choice: str | None = None, can_offer: bool = False,
-                               caller: str = "") -> Rewrite:
+                               caller: str = "", size: int = 0) -> Rewrite:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
-        rules' ``prefetch`` queued in the background lane. Past ``rules_deadline_ms``
-        (queueing included), or when the lane is full, the original goes out, counted
-        as failed open; a rewrite that has not started by then is skipped, and one that
-        has stops before its next rule. ``caller`` (the API key's scope) gets its fair
-        share of the lane."""
+        rules' ``prefetch`` queued in the background lane. Past the deadline
+        (``deadline_for`` the body's ``size`` in bytes, queueing included), or when the
+        lane is full, the original goes out, counted as failed open; a rewrite that has
+        not started by then is skipped, and one that has stops before its next rule.
+        ``caller`` (the API key's scope) gets its fair share of the lane."""
         if not any(p.rules for p in self.pipelines.values()):
             return await self.rewrite(body, session_id, choice, can_offer, caller)
-        deadline = time.monotonic() + self.deadline_s if self.deadline_s is not None else None
+        allowed = self.deadline_for(size)
+        deadline = time.monotonic() + allowed if allowed is not None else None
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
                                                                  session_id, choice, can_offer,
                                                                  caller, deadline), caller)
@@ -104,11 +116,12 @@ class Engine:
         done = asyncio.wrap_future(job.future)
         done.add_done_callback(_observe)
         try:
-            result = await asyncio.wait_for(asyncio.shield(done), self.deadline_s)
+            result = await asyncio.wait_for(asyncio.shield(done), allowed)
         except TimeoutError:
             job.abandon()
             self.stats.add("deadline")
-            log.warning("rewrite of session %s passed rules_deadline_ms; original sent", session_id)
+            log.warning("rewrite of session %s passed its deadline (%.0f ms); original sent",
+                        session_id, (allowed or 0) * 1000)
             return self._original(body, session_id, "rules_deadline_ms passed")
         return cast(Rewrite, result)
 

@@ -23,6 +23,7 @@ KINDS = ("auto", "chat", "agent")
 AGENT, CHAT = "agent", "chat"
 FENCE = "```"
 TEXT_ACTIONS = 2  # fenced assistant commands answered by a user turn that make a text-action agent
+ACTING_SHARE = 0.5  # ... and the share of plain assistant turns that must act: a chat's code answers don't
 
 
 def _acts(m: Any) -> bool:
@@ -40,16 +41,22 @@ def first_user_index(messages: list[Any]) -> int:
 
 def observations(messages: list[Any]) -> frozenset[int]:
     """User turns that answer a text-action command (a harness's observations), in a
-    conversation with at least ``TEXT_ACTIONS`` of them and no tool results (where tools
-    answer commands, a user turn is the harness's or the user's instruction); never the
-    first user message."""
+    conversation with at least ``TEXT_ACTIONS`` of them, where at least ``ACTING_SHARE``
+    of the plain assistant turns act (a harness's model acts on nearly every turn; a
+    chat's assistant answers with a code block now and then), and with no tool results
+    (where tools answer commands, a user turn is the harness's or the user's
+    instruction); never the first user message."""
     if any(isinstance(m, dict) and m.get("role") == "tool" for m in messages):
         return frozenset()
     first = first_user_index(messages)
     found = [i for i in range(1, len(messages))
              if i != first and isinstance(messages[i], dict)
              and messages[i].get("role") == "user" and _acts(messages[i - 1])]
-    return frozenset(found) if len(found) >= TEXT_ACTIONS else frozenset()
+    replies = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant"
+                  and not m.get("tool_calls"))
+    if len(found) < TEXT_ACTIONS or len(found) < ACTING_SHARE * replies:
+        return frozenset()
+    return frozenset(found)
 
 
 def session_kind(messages: list[Any], forced: str = "auto") -> str:

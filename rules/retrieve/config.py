@@ -23,6 +23,7 @@ class RetrieveConfig:
     neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
     max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
     max_snippet_tokens: int = option(2000, "token budget of one memory zone")
+    budget_share: float = option(0.08, "a zone may also take this share of the tokens of the history it replaces, when that is more than its budget above (a 120k-token history has more to bring back than a 20k one)")
     broad_budget: int = option(4000, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
     bm25_weight: float = option(0.4, "weight of BM25 in the fused score (the rest is embeddings)")
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
@@ -53,6 +54,8 @@ class RetrieveConfig:
             raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:
             raise ValueError("neighbour_decay must be between 0 and 1")
+        if not 0.0 <= self.budget_share <= 1.0:
+            raise ValueError("budget_share must be between 0 and 1")
         if self.knowledge_date:
             try:
                 dt.date.fromisoformat(self.knowledge_date)

@@ -198,6 +198,10 @@ class SessionIndex:
     def missing(self) -> list[int]:
         return [i for i, r in enumerate(self._rows) if r is None]
 
+    def has_vector(self) -> np.ndarray:
+        """Whether each chunk has its vector (a bool per chunk)."""
+        return np.array([r is not None for r in self._rows], dtype=bool)
+
     def vectorize(self, order: list[int] | None = None, cap: int | None = None,
                   lookup: bool = True) -> tuple[list[int], int]:
         """Fill vectors from the store (unless ``lookup`` is off), then embed up to

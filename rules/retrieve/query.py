@@ -55,10 +55,13 @@ _STOP = {
 
 
 SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")  # a turn's date header
+_TODAY = re.compile(r"^\((?:today|now|date|current date)\s*:[^)\n]{0,80}\)\s*", re.IGNORECASE)  # "(today: …)"
 _ASK = re.compile(
     r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
     r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
-    r"\b(remember|remind me|last time|earlier|before|previously|again)\b|"
+    r"\b(remember|remind me|last time|earlier|before|previous|previously|again|going back to|"
+    r"you (?:mentioned|said|suggested|recommended|told|gave|listed|provided)|"
+    r"we (?:talked|discussed|chatted|spoke))\b|"
     r"吗|什么|多少|哪|几|怎么|谁|何时|记得|之前|上次",
     re.IGNORECASE,
 )
@@ -77,11 +80,13 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
     recall cues and dates hold at least as many words as what it tells), and names at
     least one term that the visible window lacks and the memory holds. A turn that tells
     news and ends with a question back ("Wow, great pic! … Did you see that band?") is
-    conversation about what was just said; a leading ``[Session …]`` date header and the
-    speaker's name are the turn's metadata, not an ask."""
+    conversation about what was just said; a leading ``[Session …]`` date header, a
+    ``(today: …)`` date and the speaker's name are the turn's metadata, not an ask. A
+    sentence that points back ("I'm going back to our previous chat about…", "you
+    mentioned…") is a recall cue, so it asks."""
     if is_acknowledgement(query):
         return False
-    body = SPEAKER.sub("", SESSION.sub("", query.strip(), count=1), count=1)
+    body = SPEAKER.sub("", _TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)
     sentences = [s for s in re.split(r"(?<=[.!?？。！])\s+", body) if s.strip()]
     asks = [s for s in sentences if _ASK.search(s)]
     ids = _ID.findall(body)

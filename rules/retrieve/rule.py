@@ -231,6 +231,7 @@ class Retrieve:
             users = [lu]
         dropped = [msgs[i] for i in range(head, cut) if i not in keep]
         left = counter.messages(dropped) if dropped else self.params.max_tokens
+        replaced = left
         kept_text = [text_of(msgs[i]) for i in sorted(keep)]
         allowance = [self.config.max_embed]  # texts this request may still embed
         for u in users:
@@ -245,6 +246,7 @@ class Retrieve:
                 if self._needs_memory(query, window, idx):
                     wanted = self.config.broad_budget if self.config.broad_budget and is_broad(query) \
                         else self.params.max_tokens
+                    wanted = max(wanted, int(self.config.budget_share * replaced))
                     budget = min(wanted, left - ZONE_OVERHEAD)
                     hits = self._recall(idx, query, "\n".join(window), counter, budget, allowance)
                     zone = Zone.of(hits) if hits else None

@@ -118,16 +118,23 @@ def fused_scores(index: SessionIndex, query: str, embed: Any, p: SearchParams) -
 
 
 def _fuse(index: SessionIndex, queries: list[str], embed: Any, p: SearchParams) -> np.ndarray:
+    """Each chunk's best fused score over the query's forms. A chunk with no vector yet
+    (a cold store: ``max_embed``) is scored by BM25 alone, on the same 0-1 scale, not
+    by BM25's share of the fusion: otherwise a cold request's chunks could not reach
+    ``threshold`` and its zone would come back nearly empty."""
     best = np.zeros(len(index.chunks), dtype=np.float64)
     vecs = embed(queries)
+    has = index.has_vector()
     for q, vec in zip(queries, vecs):
         w = bm25_weight(q, p.bm25_weight, p.bm25_weight_exact)
         bm, dense = index.bm25_scores(terms(q)), index.dense_scores(vec)
         if p.fusion == "rrf":
             fused = (w * _rrf(bm) + (1 - w) * _rrf(dense)) * (RRF_K + 1)
+            alone = _rrf(bm) * (RRF_K + 1)
         else:
             fused = w * _minmax(bm) + (1 - w) * _minmax(dense)
-        best = np.maximum(best, fused)
+            alone = _minmax(bm)
+        best = np.maximum(best, np.where(has, fused, alone))
     return best
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.originals import REFERENCE, stored_original
-from context_engine.proxy.engine.sessions import observations, session_kind
+from context_engine.proxy.engine.sessions import FENCE, observations, session_kind
 from context_engine.proxy.store.stores import MemoryStore, StoreUnavailable
 from context_engine.rules.compact import Compact
 from context_engine.rules.compact.config import CompactConfig
@@ -71,6 +71,19 @@ def test_an_agent_session_is_told_from_a_chat() -> None:
                        {"role": "user", "content": f"file_{i}.py"}]
     assert session_kind(text_agent) == "agent"
     assert observations(text_agent) == {2, 4, 6}
+
+
+def test_a_chat_whose_answers_hold_some_code_is_a_chat() -> None:
+    """A long chat (LongMemEval's histories) where a few answers carry a code block, each
+    followed by the user's next question: no harness acts on one turn in ten."""
+    chat = [{"role": "user", "content": "I need help with my garden and a script."}]
+    for i in range(20):
+        answer = f"Try this:\n```python\nprint({i})\n```" if i % 6 == 0 else f"Plant basil {i}."
+        chat += [{"role": "assistant", "content": answer},
+                 {"role": "user", "content": f"thanks, and question {i}?"}]
+    assert sum(FENCE in text_of(m) for m in chat) >= 3
+    assert session_kind(chat) == "chat"
+    assert observations(chat) == frozenset()
 
 
 def test_between_epochs_each_request_extends_the_one_before() -> None:

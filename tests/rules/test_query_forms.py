@@ -162,3 +162,20 @@ def test_cite_drops_the_role_when_the_text_names_its_speaker():
     idx = index_of(["Caroline: Hello there.", "plain words"])
     assert cite(idx.chunks[0]) == "#1 Caroline: Hello there."
     assert cite(idx.chunks[1]) == "#2 assistant: plain words"
+
+
+def test_a_chunk_without_a_vector_ranks_by_bm25_alone_on_the_fused_scale():
+    """A cold store: most chunks have no vector yet. A chunk that matches every word of
+    the question scores 1.0 (BM25's own scale), not BM25's share of the fusion (0.5
+    here), so it can reach ``threshold`` and seed the zone."""
+    turns = FILLER[:10] + ["Caroline: The quokka sanctuary on Rottnest opens at nine."] + FILLER[10:20]
+    msgs = [{"role": "system", "content": "Chat between Caroline and Melanie."}]
+    msgs += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    idx = SessionIndex("s", EmbeddingCache(HashingEmbedder(), MemoryStore()))
+    idx.sync(chunk_messages(msgs, 1, len(msgs), 1200))
+    idx.vectorize(order=[0, 1], cap=2, lookup=False)  # two vectors, as a cold request's max_embed
+    quokka = next(i for i, c in enumerate(idx.chunks) if "quokka" in c.text)
+    assert not idx.has_vector()[quokka] and idx.has_vector().sum() == 2
+    got = scores(idx, "quokka sanctuary Rottnest")
+    assert got[quokka] == 1.0
+    assert got[quokka] > max(got[i] for i in range(len(got)) if i != quokka)

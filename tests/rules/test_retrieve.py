@@ -88,6 +88,11 @@ MEMORY_TERMS = set(terms("camping lake pottery class band concert Berlin trip or
      "looks amazing! Did you see that band?", False),  # tells news, then a question back
     ("[Session 6, 8:18 pm on 6 July, 2023]\nCaroline: Hey Mel! Long time no talk.", False),
     ("[Session 9, 2:01 pm on 9 July, 2023]\nCaroline: Hey! Which band did we see?", True),
+    # a pointer back to an earlier chat is a recall cue, and a leading "(today: …)" is metadata
+    ("(today: 2023/05/30 (Tue) 23:50) I'm going back to our previous chat about the Berlin "
+     "trip and the pottery class with the whole family. Can you remind me of the band?", True),
+    ("You mentioned a band we could see at the Riverside concert hall with the kids last "
+     "summer after the pottery class. Which one?", True),
 ])
 def test_a_turn_needs_memory_when_it_mainly_asks_about_what_the_window_lacks(turn, needs):
     assert asks_for_memory(turn, set(terms("Mel Melanie Caroline kids")), MEMORY_TERMS) is needs
@@ -308,3 +313,17 @@ def test_broad_question_gets_broad_budget_and_narrow_one_does_not():
         wide = COUNTER.text(memory_of(run_rule(Retrieve, msgs, **{**options, "broad_budget": 300}).messages)[0])
         assert small <= 80 + 30
         assert (wide > 2 * small and wide <= 300 + 30) if broad else wide == small
+
+
+def test_a_longer_history_gets_a_larger_zone_with_budget_share():
+    """``budget_share``: the zone may take that share of the history it replaces when it
+    is more than ``max_snippet_tokens``; it never costs more than what it replaces."""
+    facts = {i: f"The lemon tree in plot {i} gave {i + 3} kilos of lemons this season." for i in range(3, 90, 3)}
+    msgs = chat(facts, 120, "How many kilos of lemons did the lemon trees give?")
+    fixed = memory_of(apply(rule(max_snippet_tokens=120, broad_budget=0, budget_share=0.0), msgs).messages)
+    shared = memory_of(apply(rule(max_snippet_tokens=120, broad_budget=0, budget_share=0.2), msgs).messages)
+    assert fixed and COUNTER.text(fixed[0]) <= 120
+    replaced = COUNTER.messages(msgs[1:-3])
+    assert 120 < COUNTER.text(shared[0]) <= 0.2 * replaced + 50  # + the zone's header lines
+    with pytest.raises(ValueError, match="budget_share"):
+        RetrieveConfig(budget_share=1.5)
