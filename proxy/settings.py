@@ -56,8 +56,10 @@ class Settings:
         "help": "seconds SIGTERM lets requests in flight run before they are cut; the ledger "
                 "is flushed first and after, within 3 s more (keep the sum under the "
                 "container's stop grace period)"})
-    rules_max_body_bytes: int = field(default=8 * 1024 * 1024, metadata={
-        "help": "larger request bodies go out as sent: the rules never start on them"})
+    rules_max_body_bytes: int = field(default=2 * 1024 * 1024, metadata={
+        "help": "larger request bodies (about 500k tokens) go out as sent: the rules never start on them"})
+    rules_max_messages: int = field(default=10_000, metadata={
+        "help": "a conversation of more messages goes out as sent: the rules never start on it"})
     max_inflight_body_bytes: int = field(default=256 * 1024 * 1024, metadata={
         "help": "request body bytes being read or prepared at once, over all requests (503 beyond)"})
     body_read_timeout: float = field(default=60.0, metadata={
@@ -247,7 +249,7 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"shutdown_grace: {s.shutdown_grace} must be 0 to 3600 seconds")
     if s.session_kind not in KINDS:
         raise ConfigError(f"session_kind: {s.session_kind!r} is not valid; valid kinds: {', '.join(KINDS)}")
-    for key in ("rules_max_body_bytes", "max_inflight_body_bytes", "body_read_timeout",
+    for key in ("rules_max_body_bytes", "rules_max_messages", "max_inflight_body_bytes", "body_read_timeout",
                 "max_connections"):
         if getattr(s, key) <= 0:
             raise ConfigError(f"{key}: {getattr(s, key)} must be positive")

@@ -95,3 +95,30 @@ def test_a_body_over_rules_max_body_bytes_goes_out_without_running_the_rules(sta
     assert mock.received[-1].body == big and seen == [1]  # the rules ran for the small one only
     row = proxy.rows()[-1]
     assert row["arm"] == "bypass" and json.loads(row["context"])["skipped"] == "rules_max_body_bytes"
+
+
+def test_a_conversation_over_rules_max_messages_goes_out_without_running_the_rules(start_proxy, mock):
+    """50k tiny turns cost more to index than their bytes say: the message count is
+    capped too, before any work starts, and the ledger names the cap."""
+    from context_engine.rules.fold_duplicates.rule import FoldDuplicates
+    from tests.harness import make_deps
+
+    seen: list[int] = []
+
+    class Counting(FoldDuplicates):
+        async def apply(self, ctx):
+            seen.append(len(ctx.messages))
+            return await super().apply(ctx)
+
+    proxy = start_proxy(rules=[Counting(FoldDuplicates.Config(), make_deps())], rules_max_messages=50)
+    many = json.dumps({"model": "gpt-4o", "messages": [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"ok {i}"} for i in range(61)]}).encode()
+    for content in (BODY, many):
+        r = httpx.post(proxy.url + "/v1/chat/completions", content=content,
+                       headers={"content-type": "application/json", "authorization": "Bearer k"})
+        assert r.status_code == 200
+    assert mock.received[-1].body == many and seen == [1]
+    row = proxy.rows()[-1]
+    assert row["arm"] == "bypass" and json.loads(row["context"])["skipped"] == "rules_max_messages"
+    with pytest.raises(ConfigError, match="rules_max_messages"):
+        load_settings(flags={"rules_max_messages": 0}, env={}, config_path=os.devnull)

@@ -38,6 +38,7 @@ from context_engine.proxy.recall.tool import tool_tokens
 from context_engine.proxy.recall.wires import WIRES
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.settings import Settings
 
 log = logging.getLogger("context_engine.chat")
 
@@ -161,9 +162,9 @@ class ChatCompletions:
                         traceparent=request.headers.get("traceparent", "")[:128])
         row.context.update(body.notes)
         rewrite = None
-        too_big = len(raw) > self.settings.rules_max_body_bytes  # capped before any work starts
+        too_big = cap_exceeded(self.settings, len(raw), body.chat.get("messages"))  # before any work starts
         if too_big and arm == "rewrite":
-            row.context["skipped"] = "rules_max_body_bytes"
+            row.context["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
             caller = caller_hash(request.headers, self.session_key)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw))
@@ -202,3 +203,14 @@ class ChatCompletions:
             self.engine.stats.invariant_failures += 1
             return None
 
+
+
+def cap_exceeded(settings: Settings, size: int, messages: Any) -> str:
+    """The setting a request is over, so the rules never start on it ("" when within):
+    its body's bytes or its number of messages (50k tiny turns cost more to index than
+    their bytes say)."""
+    if size > settings.rules_max_body_bytes:
+        return "rules_max_body_bytes"
+    if isinstance(messages, list) and len(messages) > settings.rules_max_messages:
+        return "rules_max_messages"
+    return ""
