@@ -34,7 +34,7 @@ def encode_project(folder: str) -> str:
 
 def decode_project(segment: str) -> str | None:
     try:
-        raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+        raw = base64.b64decode(segment + "=" * (-len(segment) % 4), altchars=b"-_", validate=True)
         return raw.decode("utf-8")
     except (binascii.Error, ValueError):
         return None
