@@ -4,6 +4,7 @@ runs are in tests/test_launcher_agents.py."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +21,8 @@ BASE = "http://127.0.0.1:9/_tag/x/eA"
 
 def test_claude_gets_the_base_url_without_v1_and_keeps_tool_search():
     plan = launch("claude", ["-p", "hi"], BASE, environ={})
-    assert plan.argv == ["claude", "-p", "hi"]
+    assert plan.argv[:2] == ["claude", "--settings"] and plan.argv[3:] == ["-p", "hi"]
+    assert json.loads(plan.argv[2]) == {"env": {"ANTHROPIC_BASE_URL": BASE}}
     assert plan.env == {"ANTHROPIC_BASE_URL": BASE, "ENABLE_TOOL_SEARCH": "true"}
     mine = launch("claude", [], BASE, environ={"ENABLE_TOOL_SEARCH": "false"})
     assert "ENABLE_TOOL_SEARCH" not in mine.env  # the user's own choice stays

@@ -3,7 +3,8 @@
 Every override is an environment variable or a command-line flag for this one run:
 
 - ``claude`` (Claude Code): ``ANTHROPIC_BASE_URL`` without ``/v1`` (it appends
-  ``/v1/messages`` itself). Behind a base URL that is not Anthropic's, Claude Code turns
+  ``/v1/messages`` itself), in the environment and in ``--settings`` (an ``env`` block in
+  the user's ``settings.json`` would otherwise win over the environment). Behind a base URL that is not Anthropic's, Claude Code turns
   MCP tool search off and sends every MCP tool schema on every request;
   ``ENABLE_TOOL_SEARCH=true`` keeps the tools deferred (the proxy passes
   ``defer_loading`` and ``tool_reference`` blocks through unchanged). A value the user set
@@ -73,7 +74,9 @@ def launch(agent: str, args: list[str], base: str,
         env = {"ANTHROPIC_BASE_URL": base}
         if "ENABLE_TOOL_SEARCH" not in environ:
             env["ENABLE_TOOL_SEARCH"] = "true"
-        return Launch(["claude", *args], env)
+        # settings.json's "env" beats the process's environment: --settings beats settings.json
+        flag = json.dumps({"env": {"ANTHROPIC_BASE_URL": base}})
+        return Launch(["claude", "--settings", flag, *args], env)
     if agent == "codex":
         p = f"model_providers.{CODEX_PROVIDER}"
         flags = [f"model_provider={_quote(CODEX_PROVIDER)}",
