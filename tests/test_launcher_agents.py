@@ -90,7 +90,8 @@ def test_run_codex_completes_tagged_and_leaves_configs_alone(user):
 @NO_CLAUDE
 def test_ctrl_c_ends_claude_and_leaves_configs_alone(user):
     saved = _write_configs(user)
-    with MockUpstream(script=[{"shell": "sleep 120"}, {"text": "All done."}]) as mock:
+    mock = MockUpstream(script=[{"shell": "sleep 120"}, {"text": "All done."}])
+    with mock:
         run = user.start("run", "--upstream", mock.url + "/v1", *CLAUDE)
         deadline = time.time() + 120
         while mock.state.script_pos < 1:  # Claude Code is running the long command
