@@ -119,3 +119,24 @@ def test_run_a_command_attach_a_second_and_stop(user, mock):
     assert [(r["agent"], r["project"]) for r in rows] == [(tag, str(user.project))] * 2
     assert not list(user.state.glob("proxy-*.json")) and not running(user.state)
     assert "no proxy is running" in user.run("stop").stderr
+
+
+def test_status_says_how_to_start_a_proxy_when_none_answers(capsys):
+    from context_engine.proxy.launcher.background import free_port
+
+    assert main(["status", "--once", "--url", f"http://127.0.0.1:{free_port()}"]) == 1
+    out = capsys.readouterr().out
+    assert "cannot read" in out and "context-engine run" in out and "Traceback" not in out
+
+
+def test_status_once_prints_one_frame(start_proxy, capsys):
+    import httpx
+
+    from context_engine.proxy.edge.tags import tag_prefix
+
+    proxy = start_proxy()
+    httpx.post(proxy.url + tag_prefix("aider", "/p") + "/v1/chat/completions",
+               json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+    assert main(["status", "--once", "--url", proxy.url]) == 0
+    out = capsys.readouterr().out
+    assert "1 sessions, 1 requests" in out and "aider" in out and "by agent" in out
