@@ -111,3 +111,15 @@ def test_docs_build_in_strict_mode(tmp_path):
                           timeout=300, env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1",
                                             "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_readme_settings_table_shows_the_defaults():
+    from context_engine.proxy.settings import Settings
+
+    readme = (REPO / "README.md").read_text()
+    rows = {line.split(" | ")[0].strip("| `"): line for line in readme.splitlines()
+            if line.startswith("| `")}
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    for name in ("upstream", "mode", "ledger", "store"):
+        assert f"`{defaults[name]}`" in rows[name], name
+    assert rows["rules"].split(" | ")[1] == ", ".join(f"`{n}`" for n in DEFAULT_RULES)
