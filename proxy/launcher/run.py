@@ -59,6 +59,8 @@ def run(command: list[str], upstream: str | None = None, config: str | None = No
     proxy, started = background.ensure(upstream or default_upstream, background.state_dir(), config)
     say(f"{'started' if started else 'using'} the proxy at {proxy.url} (pid {proxy.pid}) → "
         f"{proxy.upstream}; {tag} in {project}")
+    if config and not started:
+        say("--config applies when the proxy starts: `context-engine stop` first to use it")
     base = proxy.url + tag_prefix(tag, project)
     todo = Launch(command, generic_env(base)) if generic else launch(tag, command[1:], base)
     since = time.time()
@@ -140,7 +142,7 @@ def main(argv: list[str]) -> int:
     """``run``'s own parsing: its options come before the agent; the rest is the agent's."""
     options: dict[str, str] = {}
     rest = list(argv)
-    while rest and rest[0] in ("-h", "--help") or rest and rest[0].split("=")[0] in ("--upstream", "--config"):
+    while rest and (rest[0] in ("-h", "--help") or rest[0].split("=")[0] in ("--upstream", "--config")):
         flag = rest.pop(0)
         if flag in ("-h", "--help"):
             print(USAGE.format(agents=", ".join(AGENTS)))
