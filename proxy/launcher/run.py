@@ -93,7 +93,7 @@ def _run_child(argv: list[str], env: dict[str, str]) -> int:
 
 
 def run_stats(proxy: background.Proxy, tag: str, project: str, since: float) -> dict[str, Any]:
-    start = datetime.fromtimestamp(since - 1, UTC).isoformat()
+    start = datetime.fromtimestamp(since, UTC).isoformat()
     r = httpx.get(f"{proxy.url}/stats", params={"since": start, "agent": tag, "project": project},
                   timeout=15)
     r.raise_for_status()
