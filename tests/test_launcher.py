@@ -40,7 +40,7 @@ def test_codex_gets_a_provider_of_its_own_on_the_command_line():
 
 @pytest.mark.parametrize("agent,variables", [
     ("aider", {"OPENAI_API_BASE": BASE + "/v1"}),
-    ("goose", {"OPENAI_HOST": BASE, "ANTHROPIC_HOST": BASE}),
+    ("goose", {"OPENAI_HOST": BASE, "OPENAI_BASE_PATH": "v1/chat/completions", "ANTHROPIC_HOST": BASE}),
     ("opencode", {"OPENAI_BASE_URL": BASE + "/v1", "ANTHROPIC_BASE_URL": BASE + "/v1"}),
 ])
 def test_other_agents_get_environment_overrides(agent, variables):
@@ -49,6 +49,15 @@ def test_other_agents_get_environment_overrides(agent, variables):
     assert variables.items() <= plan.env.items()
     if agent == "opencode":
         assert BASE + "/v1" in plan.env["OPENCODE_CONFIG_CONTENT"]
+
+
+def test_opencode_keeps_the_users_inline_config():
+    mine = json.dumps({"model": "openai/gpt-5", "provider": {"openai": {"options": {"timeout": 5}}}})
+    plan = launch("opencode", [], BASE, environ={"OPENCODE_CONFIG_CONTENT": mine})
+    merged = json.loads(plan.env["OPENCODE_CONFIG_CONTENT"])
+    assert merged["model"] == "openai/gpt-5"
+    assert merged["provider"]["openai"]["options"] == {"timeout": 5, "baseURL": BASE + "/v1"}
+    assert merged["provider"]["anthropic"]["options"] == {"baseURL": BASE + "/v1"}
 
 
 def test_state_folder_follows_xdg_state_home(tmp_path):

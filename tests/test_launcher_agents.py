@@ -6,8 +6,10 @@ Skipped, with the reason, when the CLI is not installed (.ci/run installs both).
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from context_engine.proxy.demo.mock_upstream import MockUpstream
-from tests.launcher_env import User, make_user
+from tests.launcher_env import CLI, User, make_user
 
 pytestmark = pytest.mark.slow  # real agent CLIs
 
@@ -125,3 +127,26 @@ def test_a_second_run_attaches_to_the_running_proxy(user):
         assert "using the proxy at" in second.stderr and f"(pid {pid})" in second.stderr
         rows = user.rows()
     assert {r["agent"] for r in rows} == {"claude"}
+
+
+@NO_CLAUDE
+def test_a_crashed_run_leaves_configs_alone_and_the_proxy_for_the_next(user):
+    saved = _write_configs(user)
+    mock = MockUpstream(script=[{"shell": "sleep 120"}, {"text": "All done."}] + SCRIPT)
+    with mock:
+        upstream = mock.url + "/v1"
+        crash = subprocess.Popen([*CLI, "run", "--upstream", upstream, *CLAUDE], env=user.env,
+                                 cwd=user.project, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 120
+        while len(mock.received) < 1 or not list(user.state.glob("proxy-*.json")):
+            assert time.time() < deadline and crash.poll() is None
+            time.sleep(0.1)
+        os.killpg(crash.pid, signal.SIGKILL)  # the launcher and the agent die at once
+        crash.wait(timeout=30)
+        _unchanged(saved, user)
+        mock.state.script_pos = 2  # the next run gets a fresh session of the script
+        again = user.run("run", "--upstream", upstream, *CLAUDE)
+        assert again.returncode == 0 and "All done." in again.stdout, again.stderr[-2000:]
+        assert "using the proxy" in again.stderr  # the crash left the proxy and its state file
+    _unchanged(saved, user)

@@ -12,9 +12,11 @@ Every override is an environment variable or a command-line flag for this one ru
 - ``codex`` (Codex CLI): ``-c`` overrides that define a model provider of our own and
   select it; Codex ignores a changed ``base_url`` of its built-in ``openai`` provider.
 - ``aider``: ``OPENAI_API_BASE`` (litellm's name) and ``OPENAI_BASE_URL``.
-- ``opencode``: ``OPENCODE_CONFIG_CONTENT`` (an inline config merged over the user's) for
-  the ``openai`` and ``anthropic`` providers' ``baseURL``, plus the SDKs' variables.
-- ``goose``: ``OPENAI_HOST`` and ``ANTHROPIC_HOST`` (goose appends its own paths).
+- ``opencode``: ``OPENCODE_CONFIG_CONTENT`` (an inline config opencode merges over its
+  files; one the user set keeps its other keys) for the ``openai`` and ``anthropic``
+  providers' ``baseURL``, plus the SDKs' variables.
+- ``goose``: ``OPENAI_HOST`` with ``OPENAI_BASE_PATH``, and ``ANTHROPIC_HOST`` (goose
+  appends ``v1/messages``).
 - anything else (``run -- COMMAND``): ``OPENAI_BASE_URL``, ``OPENAI_API_BASE`` and
   ``ANTHROPIC_BASE_URL``.
 """
@@ -64,6 +66,29 @@ def _quote(value: str) -> str:
     return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
 
 
+def opencode_config(given: str, base: str) -> str:
+    """The user's inline opencode config (``OPENCODE_CONFIG_CONTENT``, if any) with the
+    ``openai`` and ``anthropic`` providers' ``baseURL`` pointed at the proxy."""
+    try:
+        config = json.loads(given) if given.strip() else {}
+    except ValueError:
+        config = {}
+    if not isinstance(config, dict):
+        config = {}
+    providers = config.setdefault("provider", {})
+    if not isinstance(providers, dict):
+        providers = config["provider"] = {}
+    for name in ("openai", "anthropic"):
+        entry = providers.setdefault(name, {})
+        if not isinstance(entry, dict):
+            entry = providers[name] = {}
+        options = entry.setdefault("options", {})
+        if not isinstance(options, dict):
+            options = entry["options"] = {}
+        options["baseURL"] = f"{base}/v1"
+    return json.dumps(config)
+
+
 def launch(agent: str, args: list[str], base: str,
            environ: dict[str, str] | None = None) -> Launch:
     """How to run ``agent`` with ``args`` so that it talks to the proxy at ``base``
@@ -90,10 +115,9 @@ def launch(agent: str, args: list[str], base: str,
                                          "OPENAI_BASE_URL": f"{base}/v1"})
     if agent == "opencode":
         env = generic_env(base) | {"ANTHROPIC_BASE_URL": f"{base}/v1"}  # the AI SDK wants /v1
-        if "OPENCODE_CONFIG_CONTENT" not in environ:
-            providers = {name: {"options": {"baseURL": f"{base}/v1"}} for name in ("openai", "anthropic")}
-            env["OPENCODE_CONFIG_CONTENT"] = json.dumps({"provider": providers})
+        env["OPENCODE_CONFIG_CONTENT"] = opencode_config(environ.get("OPENCODE_CONFIG_CONTENT", ""), base)
         return Launch(["opencode", *args], env)
     if agent == "goose":
-        return Launch(["goose", *args], {"OPENAI_HOST": base, "ANTHROPIC_HOST": base})
+        return Launch(["goose", *args], {"OPENAI_HOST": base, "OPENAI_BASE_PATH": "v1/chat/completions",
+                                         "ANTHROPIC_HOST": base})
     raise KeyError(agent)
