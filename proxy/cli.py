@@ -1,4 +1,4 @@
-"""``context-engine``: serve, report, demo, bench, eval, rules, kb."""
+"""``context-engine``: serve, run, stop, status, doctor, report, demo, bench, eval, rules, kb."""
 
 from __future__ import annotations
 
@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="the bill before and after, from the ledger")
     _serve_flags(p)
     p.add_argument("--since", help="30m, 24h, 7d or an ISO date")
-    p.add_argument("--by", choices=("model", "rule", "session", "day", "api", "replica"), default="model")
+    p.add_argument("--by", choices=("model", "rule", "session", "day", "api", "replica",
+                                                "agent", "project"), default="model")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="replay a bundled agent conversation through the proxy")
@@ -171,21 +172,60 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--query", help="also run this search and print the zone it would inject")
     p.add_argument("--strict", action="store_true", help="exit 1 when a document cannot be read")
     p.set_defaults(func=cmd_kb)
+    sub.add_parser("run", help="run an agent through the background proxy (see run --help)",
+                   add_help=False)
+    p = sub.add_parser("stop", help="end the background proxy that run started")
+    p.set_defaults(func=lambda args: _launcher().stop_main())
+    p = sub.add_parser("status", help="a live view of the proxy's sessions, tokens and savings")
+    p.add_argument("--url", help="the proxy (default: the one run started, else http://127.0.0.1:8787)")
+    p.add_argument("--token", help="admin token, if the proxy needs one")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.add_argument("--every", type=float, default=2.0, help="seconds between refreshes")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("doctor", help="check what the proxy needs, and say how to fix each problem")
+    _serve_flags(p)
+    p.add_argument("--offline", action="store_true", help="skip the upstream reachability check")
+    p.set_defaults(func=cmd_doctor)
     sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)
     sub.add_parser("eval", help="ask a model the cases' questions with and without the rules "
                    "(see eval --help)", add_help=False)
     return parser
 
 
+def _launcher() -> Any:
+    from context_engine.proxy.launcher import run
+
+    return run
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from context_engine.proxy.reporting.live import watch
+
+    return watch(args.url, args.token, once=args.once, every=args.every)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from context_engine.proxy.doctor import run_doctor
+
+    return run_doctor(args, _settings(args))
+
+
 def main(argv: list[str] | None = None) -> int:
+    from context_engine.proxy.launcher.background import LaunchError
+
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in BENCH_COMMANDS:
         return cmd_bench(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
     try:
+        if argv[:1] == ["run"]:
+            return int(_launcher().main(argv[1:]))
+        args = build_parser().parse_args(argv)
         result: Any = args.func(args)
     except ConfigError as exc:
         print(f"context-engine: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    except LaunchError as exc:
+        print(f"context-engine: {exc}", file=sys.stderr)
         return 2
     return int(result)
 

@@ -81,11 +81,13 @@ class RunningProxy:
 
 @pytest.fixture
 def start_proxy(mock: MockUpstream, tmp_path: Path) -> Iterator[Any]:
-    """Start a proxy in front of the mock; ``rules`` overrides the rule instances."""
+    """Start a proxy in front of the mock; ``rules`` overrides the rule instances, ``enabled``
+    names configured rules (default: none)."""
     running: list[ServerThread] = []
 
-    def start(rules: list[Any] | None = None, upstream: str | None = None, **flags: Any) -> RunningProxy:
-        flags.setdefault("rules", "")
+    def start(rules: list[Any] | None = None, upstream: str | None = None, enabled: str = "",
+              **flags: Any) -> RunningProxy:
+        flags.setdefault("rules", enabled)
         flags.setdefault("store", "memory://")
         # the rules deadline is a timing safety net (tests/test_lanes.py drives it with
         # events): functional tests must not depend on how loaded the machine is

@@ -1,9 +1,16 @@
-"""Docs that tests keep true: every registered rule in the README table, every option in config.yaml."""
+"""Docs that tests keep true: every registered rule in the rules table (docs/rules.md), every
+option in config.yaml, the README's size, test command and generated results, no machine
+paths, and the site built in strict mode."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import shutil
+import subprocess
+import sys
 
+import pytest
 import yaml
 
 from context_engine.proxy.settings import ALL_KEYS
@@ -19,9 +26,12 @@ def test_every_setting_is_in_config_yaml():
     assert set(ALL_KEYS) <= set(_config())
 
 
-def test_every_rule_is_in_the_readme_table():
-    readme = (REPO / "README.md").read_text()
-    table = readme.split("<!-- rules-table")[1].split("\n## ")[0]
+def _rules_table() -> str:
+    return (REPO / "docs" / "rules.md").read_text().split("<!-- rules-table")[1].split("\n## ")[0]
+
+
+def test_every_rule_is_in_the_rules_table():
+    table = _rules_table()
     for name in REGISTRY:
         assert f"| `{name}` |" in table, f"{name} missing from the README rules table"
 
@@ -51,11 +61,65 @@ def test_every_rule_module_has_the_documented_sections():
             assert section in doc, f"{module} docstring lacks {section!r}"
 
 
-def test_readme_rules_table_says_which_rules_are_on_by_default():
-    readme = (REPO / "README.md").read_text()
-    table = readme.split("<!-- rules-table")[1].split("\n## ")[0]
+def test_rules_table_says_which_rules_are_on_by_default():
+    table = _rules_table()
     for name in REGISTRY:
         row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
         default = row.split(" | ")[2].strip()
         expected = "on" if name in DEFAULT_RULES else "off"
         assert default.split(" ")[0].rstrip(":;,") == expected, f"{name}: README says {default!r}"
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def test_readme_is_short_and_runs_the_ci_test_command():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == "python3 -m pytest -p no:cacheprovider" and "bash .ci/run" in readme
+    assert "context-engine demo" in readme and "context-engine run claude" in readme
+
+
+def test_docs_name_no_machine_paths():
+    for path in DOCS:
+        text = path.read_text()
+        assert not re.search(r"/work/|/home/\w+/|/root/|\.lock\b", text), path.name
+
+
+def test_readme_numbers_carry_their_date_and_come_from_the_json():
+    from context_engine.bench import docs_page
+
+    assert docs_page.main(["--check"]) == 0  # README block and benchmark page match the JSON
+    block = (REPO / "README.md").read_text().split(docs_page.BEGIN)[1].split(docs_page.END)[0]
+    rows = [line for line in block.strip().splitlines()[2:]]
+    assert rows and all(re.search(r"\| 20\d\d-\d\d-\d\d \|", row) for row in rows)
+
+
+def test_docs_links_point_at_pages_that_exist():
+    for path in DOCS:
+        base = path.parent
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if not target.startswith(("http://", "https://", "mailto:")):
+                assert (base / target).exists(), f"{path.name} links to missing {target}"
+
+
+@pytest.mark.skipif(shutil.which("mkdocs") is None, reason="mkdocs not installed (the dev extra)")
+def test_docs_build_in_strict_mode(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(tmp_path / "site")], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1",
+                                            "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_readme_settings_table_shows_the_defaults():
+    from context_engine.proxy.settings import Settings
+
+    readme = (REPO / "README.md").read_text()
+    rows = {line.split(" | ")[0].strip("| `"): line for line in readme.splitlines()
+            if line.startswith("| `")}
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    for name in ("upstream", "mode", "ledger", "store"):
+        assert f"`{defaults[name]}`" in rows[name], name
+    assert rows["rules"].split(" | ")[1] == ", ".join(f"`{n}`" for n in DEFAULT_RULES)

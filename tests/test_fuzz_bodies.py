@@ -168,7 +168,7 @@ def _check(served: Served, client: Client, key: str, raw: bytes) -> str:
     if sent == raw:
         return "same"
     # the one addition outside messages: context_recall after the client's tools, once a
-    # rewrite was lossy (README, "Recall")
+    # rewrite was lossy (docs/recall.md)
     sent = sent.replace(b"," + TOOL_JSON.encode(), b"", 1)
     assert _outside_messages(sent) == _outside_messages(raw), raw[:2000]
     return "rewritten"

@@ -37,6 +37,7 @@ from context_engine.proxy.edge.intake import Intake
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.relay import quiet_server_aborts
 from context_engine.proxy.edge.sanitize import redact_url
+from context_engine.proxy.edge.tags import TagPrefix
 from context_engine.proxy.edge.upstream import Upstream
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recording.finish import Finisher
@@ -122,7 +123,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
                                            "param": "since", "code": "invalid_since"}}, status_code=400)
         await finisher.drain(FLUSH_WAIT)
-        data = await asyncio.to_thread(stats_after_flush, ledger, since)
+        where = {k: request.query_params[k] for k in ("agent", "project") if k in request.query_params}
+        data = await asyncio.to_thread(stats_after_flush, ledger, since, where=where)
         return JSONResponse(data)
 
     async def dashboard(request: Request) -> Response:
@@ -154,7 +156,9 @@ def create_app(settings: Settings, engine: Engine | None = None,
         Route("/v1/{path:path}", passthrough.handle, methods=METHODS),
     ]
     allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
-    middleware = [Middleware(HostCheck, allowed=allowed)] if is_loopback(settings.host) else []
+    middleware = [Middleware(TagPrefix)]
+    if is_loopback(settings.host):
+        middleware.append(Middleware(HostCheck, allowed=allowed))
     if client_tokens(settings):
         middleware.append(Middleware(ClientTokens, tokens=client_tokens(settings)))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,

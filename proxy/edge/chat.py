@@ -22,6 +22,7 @@ from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy,
 from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.sanitize import model_name
+from context_engine.proxy.edge.tags import tags
 from context_engine.proxy.edge.upstream import (
     Upstream,
     kept_here,
@@ -160,6 +161,7 @@ class ChatCompletions:
         row = LedgerRow(session=sid, model=model_name(body.chat.get("model")), mode=mode, arm=arm,
                         path=request.url.path, stream=body.stream, api=self.adapter.name,
                         traceparent=request.headers.get("traceparent", "")[:128])
+        row.agent, row.project = tags(request.headers)
         row.context.update(body.notes)
         rewrite = None
         too_big = cap_exceeded(self.settings, len(raw), body.chat.get("messages"))  # before any work starts

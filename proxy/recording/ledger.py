@@ -90,6 +90,8 @@ class LedgerRow:
     recall_rounds: int = 0  # follow-up upstream calls made to answer context_recall
     recall_prompt_tokens: int = 0  # their input tokens (billed: the cost of recall)
     recall_completion_tokens: int = 0  # their output tokens
+    agent: str = ""  # the client's tags (proxy/edge/tags.py): which agent, which project folder
+    project: str = ""
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)

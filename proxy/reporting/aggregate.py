@@ -196,6 +196,8 @@ KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
     "arm": lambda r: r.get("arm") or "rewrite",
     "api": lambda r: r.get("api") or "chat",
     "replica": lambda r: r.get("replica") or "(none)",
+    "agent": lambda r: r.get("agent") or "(untagged)",
+    "project": lambda r: r.get("project") or "(untagged)",
 }
 
 

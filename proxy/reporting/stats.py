@@ -35,6 +35,8 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
         "by_model": [t.as_dict() for t in totals_by(rows, "model")],
         "by_api": [t.as_dict() for t in totals_by(rows, "api")],
         "by_replica": [t.as_dict() for t in totals_by(rows, "replica")],
+        "by_agent": [t.as_dict() for t in totals_by(rows, "agent")],
+        "sessions": len({r.get("session") for r in rows}),
         "by_rule": [r.as_dict() for r in by_rule(rows)],
         "cache_breaks": cache_breaks(rows),
         "over_time": {"bucket": "hour" if span <= 3 * 86400 else "day",
@@ -50,13 +52,19 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
     }
 
 
-def stats_from_ledger(path: str, since: float | None) -> dict[str, Any]:
-    return stats(read_rows(path, since), since)
+def stats_from_ledger(path: str, since: float | None,
+                      where: dict[str, str] | None = None) -> dict[str, Any]:
+    """``where``: only the rows whose columns hold these values (``agent``, ``project``)."""
+    rows = read_rows(path, since)
+    if where:
+        rows = [r for r in rows if all((r.get(k) or "") == v for k, v in where.items())]
+    return stats(rows, since)
 
 
-def stats_after_flush(ledger: Ledger, since: float | None, wait: float = FLUSH_WAIT) -> dict[str, Any]:
+def stats_after_flush(ledger: Ledger, since: float | None, wait: float = FLUSH_WAIT,
+                      where: dict[str, str] | None = None) -> dict[str, Any]:
     """The stats after a bounded wait for queued rows; ``ledger`` says whether all were in."""
     complete = ledger.flush(wait)
-    data = stats_from_ledger(ledger.path, since)
+    data = stats_from_ledger(ledger.path, since, where)
     data["ledger"] = {**ledger.health(), "complete": complete}
     return data

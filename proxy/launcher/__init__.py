@@ -1,0 +1,1 @@
+"""``context-engine run``: an agent through the user's background proxy, and ``stop``."""
