@@ -87,6 +87,17 @@ log = logging.getLogger("context_engine.retrieve")
 ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
 
 
+def _saves(before: list[Any], after: list[Any], counter: TokenCounter) -> bool:
+    """Whether ``after`` costs fewer tokens than ``before``: what left against what came in
+    (zones, and the acknowledgements that keep two user turns apart, which can outweigh
+    a dropped "ok"). Messages are compared by identity: the kept ones are the client's."""
+    kept = {id(m) for m in after}
+    came = {id(m) for m in before}
+    left = [m for m in before if id(m) not in kept]
+    added = [m for m in after if id(m) not in came]
+    return counter.messages(added) < counter.messages(left)
+
+
 def _is_memory(m: Any) -> bool:
     return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
 
@@ -204,8 +215,8 @@ class Retrieve:
         if cut <= head and not zones:
             return ctx
         out = self._assemble(msgs, head, cut, zones, keep)
-        if out == ctx.messages:
-            return ctx
+        if out == ctx.messages or self.kb is None and not _saves(msgs, out, TokenCounter(ctx.encoding)):
+            return ctx  # (a knowledge base's clauses come in whatever leaves: they are its point)
         last = zones.get(lu)
         injected = list(last.injected) if last else []
         figures = MemoryFigures(injected, list(last.scores) if last else [], cut - head,

@@ -214,3 +214,19 @@ def test_retrieve_gives_a_resent_request_the_same_bytes() -> None:
     deps = _deps()
     first = _apply("retrieve", copy.deepcopy(msgs), RETRIEVE, deps)
     assert _bytes(_apply("retrieve", copy.deepcopy(msgs), RETRIEVE, deps)) == _bytes(first)
+
+
+def test_retrieve_never_trades_a_dropped_ok_for_a_longer_acknowledgement() -> None:
+    """Found by the property above: dropping a lone "ok" between the pinned task and a
+    summary leaves two user turns together, and the acknowledgement that keeps them
+    apart costs more than the "ok" did. Such a rewrite is not sent."""
+    msgs: Messages = [
+        {"role": "system", "content": "You are a helpful agent."},
+        {"role": "user", "content": "Hi there, how are you today?"},
+        {"role": "user", "content": "ok"},
+        {"role": "user", "content": SUMMARY_HEADER + "\nHi there, how are you today?"},
+        {"role": "user", "content": "Hi there, how are you today?"}]
+    options = {**RETRIEVE, "threshold": 0.0, "max_embed": 0, "keep_tool_units": False,
+               "position": "before_last_user"}
+    out = _apply("retrieve", msgs, options, _deps())
+    assert COUNTER.messages(out.messages) <= COUNTER.messages(msgs)
