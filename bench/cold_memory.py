@@ -45,6 +45,7 @@ from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import make_embedder
 
 ZONES = "retrieve:zone:"  # committed memory zones (rules/retrieve/committed.py)
+VECTORS = "emb:"  # stored embeddings (rules/retrieve/embedding_cache.py)
 
 
 def _settings(upstream: str, ledger: str, rules: str | None, deadline_ms: float | None) -> Settings:
@@ -64,25 +65,22 @@ def _post(client: httpx.Client, url: str, body: bytes) -> float:
 
 
 def _through(settings: Settings, store: MemoryStore, embedder: Any, mock: MockUpstream,
-             client: httpx.Client, body: bytes) -> tuple[float, list[Any], int, Engine]:
+             client: httpx.Client, body: bytes, settle: bool) -> tuple[float, list[Any], int]:
     """One request through a fresh proxy on ``store``: (ms, messages the upstream got,
-    deadlines fired, the engine)."""
+    deadlines fired). ``settle``: before the proxy stops, let its background lane finish
+    what the request queued (the dropped turns' vectors), as a proxy that keeps running
+    does between a client's requests."""
     engine = Engine(settings, store=store, embedder=embedder)
     with ServerThread(create_app(settings, engine=engine)) as proxy:
         ms = _post(client, proxy.url, body)
+        if settle:
+            for _ in range(600):
+                if engine.background.pending == 0:
+                    break
+                time.sleep(0.05)
+            engine.prefetch()  # whatever the lane left (it gives way, and may not have run)
     sent = mock.received[-1].json()["messages"]
-    return ms, sent, engine.lane_stats()["deadline"], engine
-
-
-def _settle(engine: Engine) -> None:
-    """Let the background lane finish what the request queued, then run it once more
-    (whatever is left: the dropped turns' vectors)."""
-    for _ in range(600):
-        if engine.background.pending == 0:
-            break
-        time.sleep(0.05)
-    engine.prefetch()
-    engine.close()
+    return ms, sent, engine.lane_stats()["deadline"]
 
 
 def run_case(case: Case, settings: Settings, embedder: Any, mock: MockUpstream,
@@ -100,13 +98,13 @@ def run_case(case: Case, settings: Settings, embedder: Any, mock: MockUpstream,
         store = cold_store if mode == "cold" else MemoryStore()
         if mode == "warm":
             store._data = {k: v for k, v in cold_store._data.items() if not k.startswith(ZONES)}
-        ms, sent, deadlines, engine = _through(settings, store, embedder, mock, client, body)
+        ms, sent, deadlines = _through(settings, store, embedder, mock, client, body, mode == "cold")
         text = visible_text(sent)
         probes = [p for p in case.probes if p.evidence]
         row[mode] = {"added_ms": round(ms - direct, 1), "failed_open": bool(deadlines) or sent == case.messages,
                      "kept": sum(probe_retained(p.evidence, text) for p in probes), "probes": len(probes),
-                     "tokens": counter.messages(sent)}
-        _settle(engine) if mode == "cold" else engine.close()
+                     "tokens": counter.messages(sent),
+                     "vectors": sum(k.startswith(VECTORS) for k in store._data)}
     return row
 
 
@@ -141,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     counter = TokenCounter("o200k_base")
     report: dict[str, Any] = {"command": "python3 -m context_engine.bench.cold_memory "
-                              + " ".join(argv if argv is not None else sys.argv[1:]), "files": {}}
+                              + " ".join(argv if argv is not None else sys.argv[1:]),
+                              "date": time.strftime("%Y-%m-%d"), "load": os.getloadavg()[0], "files": {}}
     mock = MockUpstream(simulate_cache=False)
     with mock, httpx.Client(timeout=120) as client, tempfile.TemporaryDirectory() as tmp:
         settings = _settings(mock.url, os.path.join(tmp, "ledger.db"), args.rules, args.deadline_ms)
