@@ -102,7 +102,9 @@ def test_ctrl_c_ends_claude_and_leaves_configs_alone(user):
         time.sleep(1.0)
         run.send_signal(signal.SIGINT)
         out, err = run.communicate(timeout=60)
-    assert run.returncode != 0 and "All done." not in out
+    # Claude Code cancels on SIGINT; in print mode it may then exit 0 or with a signal's
+    # code, so the run's end is read from what it never did: finish the script
+    assert "All done." not in out
     assert "this run:" in err and "Traceback" not in err
     _unchanged(saved, user)
 
