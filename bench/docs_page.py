@@ -56,7 +56,8 @@ def cold_memory(name: str) -> str:
     return table({"columns": ["data", "store", "evidence", "fewer tokens", "added p50 / p95",
                               "failed open", "by type"],
                   "align": ["left", "left", "right", "right", "right", "right", "left"], "rows": rows}) \
-        + f"\n\n(`{report['command']}`, {report.get('date', '')}; rows per case in `docs/results/{name}`.)"
+        + f"\n\n(`{report['command']}`, {report.get('date', '')}, load {report.get('load', '?')}; rows per case " \
+          f"in `docs/results/{name}`. {report.get('note', '')})"
 
 
 def page(results: dict[str, Any], template: str) -> str:
