@@ -59,9 +59,8 @@ _TODAY = re.compile(r"^\((?:today|now|date|current date)\s*:[^)\n]{0,80}\)\s*", 
 _ASK = re.compile(
     r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
     r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
-    r"\b(remember|remind me|last time|earlier|before|previous|previously|again|going back to|"
-    r"you (?:mentioned|said|suggested|recommended|told|gave|listed|provided)|"
-    r"we (?:talked|discussed|chatted|spoke))\b|"
+    r"\b(remember|remind me|last time|earlier|before|previously|again|going back to our|"
+    r"(?:previous|earlier|last|other) (?:chat|conversation|discussion|session)s?)\b|"
     r"吗|什么|多少|哪|几|怎么|谁|何时|记得|之前|上次",
     re.IGNORECASE,
 )
@@ -82,8 +81,9 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
     news and ends with a question back ("Wow, great pic! … Did you see that band?") is
     conversation about what was just said; a leading ``[Session …]`` date header, a
     ``(today: …)`` date and the speaker's name are the turn's metadata, not an ask. A
-    sentence that points back ("I'm going back to our previous chat about…", "you
-    mentioned…") is a recall cue, so it asks."""
+    sentence that points back to an earlier chat ("I'm going back to our previous
+    conversation about…") is a recall cue, so it asks; "you mentioned…" alone is not
+    (in a chat between friends it is mostly small talk)."""
     if is_acknowledgement(query):
         return False
     body = SPEAKER.sub("", _TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)

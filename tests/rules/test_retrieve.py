@@ -92,7 +92,7 @@ MEMORY_TERMS = set(terms("camping lake pottery class band concert Berlin trip or
     ("(today: 2023/05/30 (Tue) 23:50) I'm going back to our previous chat about the Berlin "
      "trip and the pottery class with the whole family. Can you remind me of the band?", True),
     ("You mentioned a band we could see at the Riverside concert hall with the kids last "
-     "summer after the pottery class. Which one?", True),
+     "summer after the pottery class, and the lake was lovely. Great!", False),  # small talk
 ])
 def test_a_turn_needs_memory_when_it_mainly_asks_about_what_the_window_lacks(turn, needs):
     assert asks_for_memory(turn, set(terms("Mel Melanie Caroline kids")), MEMORY_TERMS) is needs
