@@ -110,12 +110,12 @@ class ChatCompletions:
         except ProxyError as exc:
             row.status, row.error = exc.status, exc.message
             row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
             return self._error(exc)
         except asyncio.CancelledError:  # shutdown cut it (proxy/edge/shutdown.py): still a row
             row.status, row.error = 503, "cut by shutdown before the upstream answered"
             row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
             raise
         row.status = r.status_code
 
@@ -128,7 +128,7 @@ class ChatCompletions:
             if loop is not None:
                 row.recall_rounds, row.recall_prompt_tokens, row.recall_completion_tokens = loop.cost()
             self.finisher.schedule(row, body.chat, rewrite, usage,
-                                   shadow=arm == "shadow" and body.rewritable)
+                                   shadow=arm == "shadow" and body.rewritable, size=len(raw))
 
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
