@@ -184,3 +184,17 @@ def test_rows_waiting_for_the_finishing_thread_are_bounded_the_rest_go_unmeasure
     assert len(rows) == 6 and len(unmeasured) == 4
     assert all(r["utilization"] is None for r in unmeasured)
     assert httpx.get(proxy.url + "/healthz").json()["finish_skipped"] == 4
+
+
+def test_the_memory_store_is_bounded_in_bytes_and_keeps_the_recent_values():
+    from context_engine.proxy.store.stores import open_store
+
+    store = open_store("memory://")
+    store.max_bytes = 2_000_000  # type: ignore[attr-defined]  # MemoryStore's cap, smaller for the test
+    values = {f"orig:{i}": uuid.uuid4().bytes * 6_250 for i in range(100)}  # 100 kB each, 10 MB in all
+    for key, value in values.items():
+        store.set(key, value)
+        assert store.get(key) == value
+    assert store.held_bytes <= 2_000_000  # type: ignore[attr-defined]
+    assert store.get("orig:99") == values["orig:99"] and store.get("orig:0") is None
+    assert store.claim("k", 60) and not store.claim("k", 60)  # type: ignore[attr-defined]

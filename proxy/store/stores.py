@@ -1,7 +1,8 @@
 """Key-value stores for things rules keep across requests (tool originals, summaries).
 
 ``DiskStore`` (diskcache) is the embedded default; ``MemoryStore`` serves tests and the
-bench; Redis (shared by replicas) comes behind a circuit breaker (``store_breaker``): in
+bench, and keeps at most ``MEMORY_STORE_BYTES`` in the process (least recently used values
+leave first: a recall of one answers "not found", as after a Redis key expires); Redis (shared by replicas) comes behind a circuit breaker (``store_breaker``): in
 an outage its calls raise ``StoreUnavailable`` at once and the rules using it fail open.
 Values are bytes; keys are short strings.
 """
@@ -11,6 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from typing import Protocol
+
+from context_engine.proxy.engine.memo import BoundedCache
+
+MEMORY_STORE_BYTES = 128 * 1024 * 1024
 
 
 class StoreUnavailable(ConnectionError):
@@ -27,16 +32,37 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    def __init__(self) -> None:
-        self._data: dict[str, bytes] = {}
+    def __init__(self, max_bytes: int = MEMORY_STORE_BYTES) -> None:
+        self._data: BoundedCache[str, bytes] = BoundedCache(10_000_000, max_bytes)
         self._claims: dict[str, float] = {}
         self._lock = threading.Lock()
 
+    @property
+    def max_bytes(self) -> int:
+        return self._data.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._data.max_bytes = value
+
+    @property
+    def held_bytes(self) -> int:
+        return self._data.bytes
+
     def get(self, key: str) -> bytes | None:
-        return self._data.get(key)
+        value = self._data.get(key)
+        return value if isinstance(value, bytes) else None
 
     def set(self, key: str, value: bytes) -> None:
-        self._data[key] = value
+        self._data.put(key, value)
+
+    def items(self) -> dict[str, bytes]:
+        """What the store holds now (a copy)."""
+        return {k: v for k in self._data.keys() if isinstance(v := self._data.get(k), bytes)}
+
+    def clear(self) -> None:
+        for k in self._data.keys():
+            self._data.pop(k)
 
     def claim(self, key: str, seconds: float) -> bool:
         now = time.monotonic()
