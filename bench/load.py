@@ -16,7 +16,7 @@ rules' deadline and shed counters, and the proxy's RSS over time. Run by hand:
     python3 bench/load.py --data locomo --sessions 10 --skip 60 --turns 40
     python3 bench/load.py --cold 5                               # cold 300-turn requests
     python3 bench/load.py --sessions 50 --stream --faults reset=0.05,error=0.05,slow=0.02 --duration 120
-    python3 bench/load.py --phases floor,proxy --rounds 3 --long-streams 5 --stream-chunks 20000
+    python3 bench/load.py --phases floor,proxy --rounds 3 --long-streams 5 --stream-chunks 20000 --stream-seconds 20
     python3 bench/load.py --phases proxy --rounds 3 --hostile-rps 1   # each phase without, then with
     python3 bench/load.py --phases proxy --tool-result-kb 100 --duration 1200 --rss-every 5
 
@@ -263,6 +263,8 @@ def main() -> None:
     p.add_argument("--tool-result-kb", type=int, default=0, help="grow every tool result to this many KB")
     p.add_argument("--long-streams", type=int, default=0, help="callers streaming long replies beside the sessions")
     p.add_argument("--stream-chunks", type=int, default=20_000, help="one-character deltas per long stream")
+    p.add_argument("--stream-seconds", type=float, default=20.0,
+                   help="seconds the upstream spreads a long stream over (0 = as fast as it can)")
     p.add_argument("--hostile-rps", type=float, default=0.0, help="keyless worst-input requests a second")
     p.add_argument("--hostile-scale", type=float, default=1.0, help="size of the hostile bodies (1 = full)")
     p.add_argument("--extras-only", action="store_true", help="run each phase only with the extras")

@@ -3,9 +3,10 @@ hostile keyless requests running beside them, and the proxy's RSS trend.
 
 - ``--tool-result-kb N``: every tool result of the replayed cases grows to N KB of text
   unique to its session and replay (no two sessions share a stored original);
-- ``--long-streams N --stream-chunks C``: N callers each stream replies of C one-character
-  deltas back to back (the loopback upstream writes each delta on its own) while the
-  sessions run;
+- ``--long-streams N --stream-chunks C --stream-seconds S``: N callers each stream replies
+  of C one-character deltas back to back while the sessions run; the loopback upstream
+  writes each delta on its own, spread over S seconds (0: as fast as it can, which
+  saturates a 2-core machine's CPU with the floor alone);
 - ``--hostile-rps R``: R requests a second with no API key (the upstream answers 401) whose
   bodies are the worst inputs of ``context_engine.bench.hostile``.
 
@@ -104,6 +105,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str | None, bool]]:
 def start_extras(base: str, args: argparse.Namespace, env: dict[str, str]) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "context_engine.bench.load_extras", "--url", base,
            "--long-streams", str(args.long_streams), "--stream-chunks", str(args.stream_chunks),
+           "--stream-seconds", str(args.stream_seconds),
            "--hostile-rps", str(args.hostile_rps), "--hostile-scale", str(args.hostile_scale)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE)
 
@@ -119,10 +121,11 @@ def stop_extras(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {"error": f"no report (exit {proc.returncode})"}
 
 
-async def long_stream(client: httpx.AsyncClient, url: str, chunks: int, stop: asyncio.Event,
-                      done: list[dict[str, Any]]) -> None:
+async def long_stream(client: httpx.AsyncClient, url: str, chunks: int, seconds: float,
+                      stop: asyncio.Event, done: list[dict[str, Any]]) -> None:
     body = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "write it all"}]}
-    headers = {"authorization": "Bearer load-test", "x-mock-chunks": str(chunks)}
+    headers = {"authorization": "Bearer load-test", "x-mock-chunks": str(chunks),
+               "x-mock-stream-s": str(seconds)}
     while not stop.is_set():
         t0, events, status, error = time.perf_counter(), 0, None, ""
         try:
@@ -172,7 +175,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     streams: list[dict[str, Any]] = []
     sent: list[dict[str, Any]] = []
     async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=100)) as client:
-        jobs = [long_stream(client, args.url, args.stream_chunks, stop, streams)
+        jobs = [long_stream(client, args.url, args.stream_chunks, args.stream_seconds, stop, streams)
                 for _ in range(args.long_streams)]
         if args.hostile_rps:
             jobs.append(hostile(client, args.url, args.hostile_rps, args.hostile_scale, stop, sent))
@@ -197,6 +200,7 @@ def main() -> None:
     p.add_argument("--url", required=True, help="the proxy's base URL")
     p.add_argument("--long-streams", type=int, default=0)
     p.add_argument("--stream-chunks", type=int, default=20_000)
+    p.add_argument("--stream-seconds", type=float, default=20.0)
     p.add_argument("--hostile-rps", type=float, default=0.0)
     p.add_argument("--hostile-scale", type=float, default=1.0)
     args = p.parse_args()

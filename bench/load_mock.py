@@ -10,7 +10,8 @@ long the upstream held the request (the sleep's real length, not the nominal del
 
 A request with neither ``Authorization`` nor ``x-api-key`` is refused at once with 401, as a
 real API would (chat completions and Anthropic Messages, each in its error shape). A streamed
-chat request with ``x-mock-chunks: N`` gets N one-character deltas, each written on its own.
+chat request with ``x-mock-chunks: N`` gets N one-character deltas, each written on its own,
+spread over ``x-mock-stream-s`` seconds (0 or absent: as fast as the loop writes them).
 Run as
 ``python3 -m context_engine.bench.load_mock --port P [--delay 1] [--faults …] [--seed 1]``.
 """
@@ -104,6 +105,13 @@ def _keyless(request: Request) -> Response | None:
     return JSONResponse(body, 401, headers={"x-mock-fault": "keyless", "x-mock-ms": "0"})
 
 
+async def _paced(parts: list[bytes], seconds: float) -> AsyncIterator[bytes]:
+    t0, n = time.perf_counter(), len(parts)
+    for i, part in enumerate(parts):
+        yield part
+        await asyncio.sleep(max(0.0, t0 + seconds * (i + 1) / n - time.perf_counter()))
+
+
 class Reset(Exception):
     """Raised inside a response body: uvicorn drops the connection mid-body."""
 
@@ -134,7 +142,8 @@ def build_app(delay: float, choose: Chooser) -> Starlette:
             return JSONResponse({"error": {"message": "injected upstream error", "type": "server_error",
                                            "param": None, "code": None}}, 500, headers=headers)
         if body.get("stream") is True and request.headers.get("x-mock-chunks"):
-            return StreamingResponse(_body(_long(model, int(request.headers["x-mock-chunks"])), False),
+            parts = _long(model, int(request.headers["x-mock-chunks"]))
+            return StreamingResponse(_paced(parts, float(request.headers.get("x-mock-stream-s") or 0)),
                                      media_type="text/event-stream", headers=headers)
         if body.get("stream") is True:
             return StreamingResponse(_body(_chunks(model), fault == "reset"),

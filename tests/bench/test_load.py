@@ -56,7 +56,7 @@ def test_load_bench_runs_each_phase_without_and_with_long_streams_and_hostile_ca
     env = {**os.environ, "CONTEXT_ENGINE_DATA": str(DATA), "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "bench/load.py", "--phases", "floor,proxy", "--sessions", "2",
                     "--delay", "0.1", "--duration", "2", "--tool-result-kb", "4", "--rss-every", "0.5",
-                    "--long-streams", "1", "--stream-chunks", "200", "--hostile-rps", "2",
+                    "--long-streams", "1", "--stream-chunks", "200", "--stream-seconds", "0.2", "--hostile-rps", "2",
                     "--hostile-scale", "0.01", "--data", str(Path(DATA) / "agent_traces_dev.jsonl"),
                     "--json", str(out)], cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
     report = json.loads(out.read_text())
