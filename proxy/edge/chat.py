@@ -20,6 +20,7 @@ from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
 from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
 from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
+from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.sanitize import model_name
 from context_engine.proxy.edge.upstream import (
@@ -50,7 +51,8 @@ def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[
 
 class ChatCompletions:
     def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
-                 adapter: Adapter = CHAT, intake: Intake | None = None) -> None:
+                 adapter: Adapter = CHAT, intake: Intake | None = None,
+                 keyless: KeylessRefusals | None = None) -> None:
         self.adapter = adapter
         self.wire = WIRES[adapter.name]
         self.engine = engine
@@ -60,6 +62,7 @@ class ChatCompletions:
         self.session_key = session_key(self.settings.session_key, self.settings.store)
         self.intake = intake or Intake(self.settings.max_body_bytes, self.settings.max_inflight_body_bytes,
                                        self.settings.body_read_timeout)
+        self.keyless = keyless or KeylessRefusals()
 
     async def handle(self, request: Request) -> Response:
         """The request, its body's bytes charged to the intake budget until it returns."""
@@ -84,8 +87,10 @@ class ChatCompletions:
             return self._error(BadRequest(str(exc), param=profiles.HEADER))
         self.finisher.begin()
         offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
+        headers = request_headers(request.headers.raw, kept_here(request.scope))
         try:
-            row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
+            row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer,
+                                                    refused=self.keyless.skip(headers))
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
@@ -102,7 +107,6 @@ class ChatCompletions:
             out, row.tokens_sent = tooled, row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
-        headers = request_headers(request.headers.raw, kept_here(request.scope))
         if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
             headers = accepting(headers, "identity" if body.stream else "gzip")
         try:
@@ -118,6 +122,7 @@ class ChatCompletions:
             self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
             raise
         row.status = r.status_code
+        self.keyless.observe(headers, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             row.status = status
@@ -151,8 +156,8 @@ class ChatCompletions:
                            anthropic=self.adapter.name == "anthropic")
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
-                       choice: str | None = None,
-                       offer: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
+                       choice: str | None = None, offer: bool = False,
+                       refused: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
@@ -162,16 +167,18 @@ class ChatCompletions:
         row.context.update(body.notes)
         rewrite = None
         too_big = len(raw) > self.settings.rules_max_body_bytes  # capped before any work starts
-        if too_big and arm == "rewrite":
-            row.context["skipped"] = "rules_max_body_bytes"
-        if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
+        skip = "rules_max_body_bytes" if too_big else "no_credentials" if refused else ""
+        if skip and arm == "rewrite":  # refused: proxy/edge/keyless.py, the upstream will refuse it
+            row.context["skipped"] = skip
+        if arm == "rewrite" and body.rewritable and choice != "off" and not skip:
             caller = caller_hash(request.headers, self.session_key)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
-            if arm == "rewrite" and (choice == "off" or too_big):
+            if arm == "rewrite" and (choice == "off" or skip):
                 row.arm = "bypass"
-            row.tokens_original = row.tokens_sent = await off_loop(len(raw), self.engine.count, body.chat)
+            row.tokens_original = row.tokens_sent = len(raw) // 4 if refused else \
+                await off_loop(len(raw), self.engine.count, body.chat)  # refused: not worth counting
         out = raw if rewrite is None or not rewrite.result.changed else await off_loop(
             len(raw), self._splice, body, rewrite, row, raw)
         if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
