@@ -46,6 +46,9 @@ def test_rules_skip_keyless_requests_once_the_upstream_refused_one(start_proxy):
     skipped = [r for r in rows if '"skipped": "no_credentials"' in r["context"]]
     assert len(rows) == 5 and len(skipped) == 3 and {r["arm"] for r in skipped} == {"bypass"}
     assert all(r["status"] == 401 for r in skipped)
+    # a refused request is not measured either (no reply to measure; its body is let go at once)
+    refused = [r for r in rows if r["status"] == 401]
+    assert len(refused) == 4 and all('"unmeasured": "refused"' in r["context"] for r in refused)
 
 
 def test_rules_run_on_keyless_requests_before_an_upstream_that_takes_them(start_proxy):

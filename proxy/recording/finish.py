@@ -38,6 +38,7 @@ MAX_SHADOW_BACKLOG = 256  # shadow rewrites waiting for the rules thread; beyond
 MAX_MEASURE_BACKLOG = 64  # rows waiting to be measured; beyond it, recorded unmeasured
 MAX_MEASURE_BYTES = 64 * 1024 * 1024  # request body bytes those rows may hold
 UNMEASURED = "finish backlog full"
+REFUSED = frozenset({401, 403})  # the upstream refused the caller: no reply, nothing billed
 
 
 def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
@@ -89,6 +90,8 @@ class Finisher:
         """Finish ``row`` after the response; ``size`` is its request body's length."""
         measure = self.measure_backlog < self.max_measure_backlog and \
             (self.measure_bytes == 0 or self.measure_bytes + size <= self.max_measure_bytes)
+        if row.status in REFUSED:  # nothing to measure (a keyless caller's huge body, say)
+            row.context["unmeasured"], measure, shadow = "refused", False, False
         if (shadow and self.shadow_backlog >= self.max_shadow_backlog) or (shadow and not measure):
             self.skipped_shadow += 1
             shadow = False
@@ -96,7 +99,7 @@ class Finisher:
         self.shadow_backlog += shadow
         if measure:
             self.measure_backlog, self.measure_bytes = self.measure_backlog + 1, self.measure_bytes + size
-        else:  # the body is let go now; the row is recorded as it is
+        elif "unmeasured" not in row.context:  # the body is let go now; the row is recorded as it is
             self.skipped_measure += 1
             row.context["unmeasured"] = UNMEASURED
         task = asyncio.get_running_loop().create_task(
