@@ -37,8 +37,11 @@ def test_rules_skip_keyless_requests_once_the_upstream_refused_one(start_proxy):
         url = proxy.url + "/v1/chat/completions"
         assert httpx.post(url, json=BODY).status_code == 401
         assert rule.seen == 1  # nothing learned yet: the rules ran
-        for _ in range(3):
+        for _ in range(2):
             assert httpx.post(url, json=BODY).status_code == 401
+        # not even parsed: a body the proxy would answer 400 gets the upstream's 401
+        assert httpx.post(url, content=b"{not json", headers={"content-type": "application/json"}
+                          ).status_code == 401
         assert rule.seen == 1
         assert httpx.post(url, json=BODY, headers={"authorization": "Bearer k"}).status_code == 200
         assert rule.seen == 2

@@ -74,11 +74,14 @@ class ChatCompletions:
 
     async def _handle(self, request: Request, ticket: Ticket) -> Response:
         t0, arrived = time.perf_counter(), time.time()
+        headers = request_headers(request.headers.raw, kept_here(request.scope))
         try:
             url = self.upstream.url_for(request.scope)
             raw = await self.intake.read(request, ticket)
-            body = await off_loop(len(raw), self.adapter.parse, raw)
             mode = modes.resolve(request.headers, self.settings.mode)
+            if self.keyless.skip(headers):  # the upstream will refuse it: not even parsed
+                return await self._refused(request, url, headers, raw, mode, t0, arrived)
+            body = await off_loop(len(raw), self.adapter.parse, raw)
         except ProxyError as exc:
             return self._error(exc)
         try:
@@ -87,10 +90,8 @@ class ChatCompletions:
             return self._error(BadRequest(str(exc), param=profiles.HEADER))
         self.finisher.begin()
         offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
-        headers = request_headers(request.headers.raw, kept_here(request.scope))
         try:
-            row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer,
-                                                    refused=self.keyless.skip(headers))
+            row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
@@ -156,8 +157,8 @@ class ChatCompletions:
                            anthropic=self.adapter.name == "anthropic")
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
-                       choice: str | None = None, offer: bool = False,
-                       refused: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
+                       choice: str | None = None,
+                       offer: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
@@ -167,24 +168,50 @@ class ChatCompletions:
         row.context.update(body.notes)
         rewrite = None
         too_big = len(raw) > self.settings.rules_max_body_bytes  # capped before any work starts
-        skip = "rules_max_body_bytes" if too_big else "no_credentials" if refused else ""
-        if skip and arm == "rewrite":  # refused: proxy/edge/keyless.py, the upstream will refuse it
-            row.context["skipped"] = skip
-        if arm == "rewrite" and body.rewritable and choice != "off" and not skip:
+        if too_big and arm == "rewrite":
+            row.context["skipped"] = "rules_max_body_bytes"
+        if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
             caller = caller_hash(request.headers, self.session_key)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller)
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
-            if arm == "rewrite" and (choice == "off" or skip):
+            if arm == "rewrite" and (choice == "off" or too_big):
                 row.arm = "bypass"
-            row.tokens_original = row.tokens_sent = len(raw) // 4 if refused else \
-                await off_loop(len(raw), self.engine.count, body.chat)  # refused: not worth counting
+            row.tokens_original = row.tokens_sent = await off_loop(len(raw), self.engine.count, body.chat)
         out = raw if rewrite is None or not rewrite.result.changed else await off_loop(
             len(raw), self._splice, body, rewrite, row, raw)
         if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
                 and "prompt_cache_key" not in body.data):
             out = await off_loop(len(out), profiles.add_prompt_cache_key, out, sid)
         return row, rewrite, out
+
+    async def _refused(self, request: Request, url: str, headers: list[tuple[bytes, bytes]],
+                       raw: bytes, mode: str, t0: float, arrived: float) -> Response:
+        """A request without a credential to an upstream that refuses those
+        (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
+        self.finisher.begin()
+        row = LedgerRow(session="-", model="", mode=mode, arm="bypass", path=request.url.path,
+                        api=self.adapter.name, context={"skipped": "no_credentials"},
+                        tokens_original=len(raw) // 4, tokens_sent=len(raw) // 4)
+        row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
+        started = time.perf_counter()
+        nothing: dict[str, Any] = {"messages": []}
+        try:
+            r = await self.upstream.send("POST", url, headers, raw)
+        except (ProxyError, asyncio.CancelledError) as exc:
+            row.status, row.error = (exc.status, exc.message) if isinstance(exc, ProxyError) else (
+                503, "cut by shutdown before the upstream answered")
+            self.finisher.schedule(row, nothing, None, Usage(), shadow=False)
+            if isinstance(exc, ProxyError):
+                return self._error(exc)
+            raise
+        self.keyless.observe(headers, r.status_code)
+
+        def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
+            row.status, row.upstream_ms, row.error = status, upstream_ms, error
+            self.finisher.schedule(row, nothing, None, usage, shadow=False)
+
+        return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic")
 
     def _error(self, exc: ProxyError) -> Response:
         headers = {"retry-after": "1"} if isinstance(exc, ServerBusy) else None

@@ -1,7 +1,8 @@
 """Requests the upstream will refuse: they carry no credential, and the upstream has
-already refused one that carried none (401 or 403). The rules never start on them: a
-caller without a key could otherwise pin the rule workers with huge bodies that the
-upstream rejects anyway. Before a keyless upstream (a local model server) nothing is
+refused the last one that carried none (401 or 403). They are sent as they came, never
+parsed, and the rules never start on them: a caller without a key could otherwise pin the
+rule workers (and the event loop, through the GIL) with huge bodies that the upstream
+rejects anyway. Before a keyless upstream (a local model server) nothing is
 ever refused, so every request keeps its rules; a request with a key always does.
 
 Credentials are looked for in what goes upstream: a client token the proxy checked and
@@ -31,5 +32,5 @@ class KeylessRefusals:
         return self.refused and not has_credential(headers)
 
     def observe(self, headers: list[tuple[bytes, bytes]], status: int) -> None:
-        if status in REFUSED and not has_credential(headers):
-            self.refused = True
+        if not has_credential(headers):  # an upstream that took one after all: rules again
+            self.refused = status in REFUSED
