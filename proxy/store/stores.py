@@ -13,8 +13,6 @@ import threading
 import time
 from typing import Protocol
 
-from context_engine.proxy.engine.memo import BoundedCache
-
 MEMORY_STORE_BYTES = 128 * 1024 * 1024
 
 
@@ -33,36 +31,37 @@ class Store(Protocol):
 
 class MemoryStore:
     def __init__(self, max_bytes: int = MEMORY_STORE_BYTES) -> None:
-        self._data: BoundedCache[str, bytes] = BoundedCache(10_000_000, max_bytes)
+        self._data: dict[str, bytes] = {}  # least recently used first
+        self._bytes = 0  # of the keys and values in ``_data``
+        self.max_bytes = max_bytes
         self._claims: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @property
-    def max_bytes(self) -> int:
-        return self._data.max_bytes
-
-    @max_bytes.setter
-    def max_bytes(self, value: int) -> None:
-        self._data.max_bytes = value
-
-    @property
     def held_bytes(self) -> int:
-        return self._data.bytes
+        return self._bytes
 
     def get(self, key: str) -> bytes | None:
-        value = self._data.get(key)
-        return value if isinstance(value, bytes) else None
+        with self._lock:
+            value = self._data.pop(key, None)
+            if value is not None:
+                self._data[key] = value  # now the most recent
+            return value
 
     def set(self, key: str, value: bytes) -> None:
-        self._data.put(key, value)
-
-    def items(self) -> dict[str, bytes]:
-        """What the store holds now (a copy)."""
-        return {k: v for k in self._data.keys() if isinstance(v := self._data.get(k), bytes)}
-
-    def clear(self) -> None:
-        for k in self._data.keys():
-            self._data.pop(k)
+        with self._lock:
+            old = self._data.pop(key, None)
+            if not self._data:
+                self._bytes = 0
+            elif old is not None:
+                self._bytes -= len(key) + len(old)
+            if len(key) + len(value) > self.max_bytes:
+                return
+            self._data[key] = value
+            self._bytes += len(key) + len(value)
+            while self._bytes > self.max_bytes and self._data:
+                k = next(iter(self._data))
+                self._bytes -= len(k) + len(self._data.pop(k))
 
     def claim(self, key: str, seconds: float) -> bool:
         now = time.monotonic()

@@ -251,12 +251,12 @@ def test_a_resent_result_is_rewritten_alike_and_its_original_stays_stored():
     messages = [SYSTEM, {"role": "user", "content": "go"}, call("c1", "search", {"q": "a"}),
                 result("c1", ROWS), call("c2", "grep", {"q": "b"}), result("c2", big)]
     first = asyncio.run(rule.apply(make_ctx(messages)))
-    kept = store.items()
+    kept = {k: v for k, v in store._data.items()}
     assert store_key(original_id(json.dumps(ROWS)), "") in kept and store_key(original_id(big), "") in kept
-    store.clear()  # evicted, restarted store, ...
+    store._data.clear()  # evicted, restarted store, ...
     again = asyncio.run(rule.apply(make_ctx(json.loads(json.dumps(messages)))))
     assert json.dumps(again.messages) == json.dumps(first.messages)
-    assert store.items() == kept
+    assert store._data == kept
 
 
 # --- restated records as field diffs ---------------------------------------------------------
