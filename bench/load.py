@@ -16,6 +16,12 @@ rules' deadline and shed counters, and the proxy's RSS over time. Run by hand:
     python3 bench/load.py --data locomo --sessions 10 --skip 60 --turns 40
     python3 bench/load.py --cold 5                               # cold 300-turn requests
     python3 bench/load.py --sessions 50 --stream --faults reset=0.05,error=0.05,slow=0.02 --duration 120
+    python3 bench/load.py --phases floor,proxy --rounds 3 --long-streams 5 --stream-chunks 20000 --stream-seconds 20
+    python3 bench/load.py --phases proxy --rounds 3 --hostile-rps 1   # each phase without, then with
+    python3 bench/load.py --phases proxy --tool-result-kb 100 --duration 1200 --rss-every 5
+
+With ``--long-streams`` or ``--hostile-rps`` each phase runs twice a round, without and then with
+the extras (``proxy+streams``…; ``context_engine.bench.load_extras``), unless ``--extras-only``.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from context_engine.bench.cases import load_cases, resolve_file
 from context_engine.bench.fleet import free_port, wait_up
 from context_engine.bench.load_client import Outcome, requests_of, run_cold, run_sessions, send
+from context_engine.bench.load_extras import plan, rss_trend, start_extras, stop_extras
 from context_engine.bench.load_mock import parse_faults
+from context_engine.bench.metrics import percentile
 from context_engine.bench.overhead import _cpu_seconds
 
 
@@ -54,11 +62,12 @@ class Phase:
     lanes: dict[str, Any] = field(default_factory=dict)
     cpu_s: float | None = None  # the proxy process's CPU seconds over the timed part
     proxy_ms: list[float] = field(default_factory=list)  # the ledger's time before forwarding
+    extras: dict[str, Any] | None = None  # what the long streams and hostile callers did
 
 
 def pct(xs: list[float], q: float) -> float | None:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else None
+    """The shared nearest-rank percentile (``bench/metrics.py``), q in 0..1."""
+    return percentile(xs, q * 100)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -99,10 +108,12 @@ async def sample_rss(pid: int, every: float, into: list[tuple[float, float]], st
 
 
 async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
-                args: argparse.Namespace, env: dict[str, str], tmp: str, round_no: int = 1) -> Phase:
+                args: argparse.Namespace, env: dict[str, str], tmp: str, round_no: int = 1,
+                extras: bool = False) -> Phase:
     port, ledger = free_port(), os.path.join(tmp, f"{name}-{round_no}.db")  # a fresh ledger per round
     extra = ["--config", args.config] if args.config else ["--config", os.devnull]
-    if name == "floor":
+    floor = name.startswith("floor")
+    if floor:
         proc = start(["context_engine.bench.floor_proxy", "--port", str(port), "--upstream", upstream], env)
     else:
         proc = start_proxy(port, upstream, rules, ledger, env, extra)
@@ -116,16 +127,21 @@ async def phase(name: str, rules: str | None, upstream: str, cases: list[Any],
             for k, msgs in enumerate(requests_of(warm, 0, 2)):
                 await send(client, url, {"model": "gpt-4o", "messages": msgs}, f"warmup-{k}", 0.0)
         stop = asyncio.Event()
+        side = start_extras(base, args, env) if extras else None
+        if side is not None:
+            await asyncio.sleep(1.0)  # its streams are under way
         cpu0 = _cpu_seconds(proc.pid)
         rss = asyncio.ensure_future(sample_rss(proc.pid, args.rss_every, result.rss_mb, stop))
         if args.cold:
             result.outcomes, result.wall = await run_cold(url, args)
         else:
             result.outcomes, result.wall = await run_sessions(url, cases, args)
+        if side is not None:
+            result.extras = await asyncio.to_thread(stop_extras, side)
         stop.set()
         await rss
         result.cpu_s = _cpu_seconds(proc.pid) - cpu0
-        if name != "floor":
+        if not floor:
             async with httpx.AsyncClient(timeout=120) as client:
                 result.lanes = (await client.get(base + "/healthz")).json().get("rules_lanes") or {}
                 await client.get(base + "/stats")  # drains the finisher: every row is written
@@ -158,9 +174,14 @@ def summary(p: Phase, delay: float) -> dict[str, Any]:
            "failure_examples": sorted({f"{o.fault}/{o.status}/{o.error}" for o in proxy_failures})[:5],
            "faults": len(faulted), "faults_surfaced": len(surfaced),
            "ledger_rows": p.ledger_rows,
-           "ledger_rows_expected": None if p.ledger_rows is None else len(p.outcomes) + 2, "lanes": p.lanes,
+           # the extras' requests have rows too, in numbers the bench does not count
+           "ledger_rows_expected": None if p.ledger_rows is None or p.extras is not None
+           else len(p.outcomes) + 2, "lanes": p.lanes,
            "rss_mb": {"first": rss[0] if rss else None, "after_warmup": rss[len(rss) // 4] if rss else None,
-                      "last": rss[-1] if rss else None, "max": max(rss, default=None)}}
+                      "last": rss[-1] if rss else None, "max": max(rss, default=None),
+                      "trend": rss_trend(p.rss_mb)}}
+    if p.extras is not None:
+        out["extras"] = p.extras
     if cold:
         out["cold_added_ms"] = [_r(_added(o, delay)) for o in cold]
         out["bystander_added_ms"] = _spread([_added(o, delay) for o in by])
@@ -198,16 +219,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(wait_up, f"http://127.0.0.1:{port}/")
         upstream = f"http://127.0.0.1:{port}/v1"
         with tempfile.TemporaryDirectory() as tmp:
-            if args.no_floor:
-                phases = [("proxy", args.rules)]
-            elif args.cold:  # the floor cannot hold a session; the passthrough is the cold floor
-                phases = [("passthrough", ""), ("proxy", args.rules)]
-            else:
-                phases = [("floor", None), ("passthrough", ""), ("proxy", args.rules)]
-            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in phases}
+            phases = plan(args)
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in phases}
             for r in range(args.rounds):  # phases interleaved: the machine's drift hits each alike
-                for name, rules in phases:
-                    p = await phase(name, rules, upstream, cases, args, env, tmp, r + 1)
+                for name, rules, extras in phases:
+                    p = await phase(name, rules, upstream, cases, args, env, tmp, r + 1, extras)
                     report[name] = summary(p, args.delay)
                     report[name]["rss_over_time"] = p.rss_mb
                     rounds[name].append(report[name]["added_ms"])
@@ -243,6 +259,15 @@ def main() -> None:
     p.add_argument("--no-floor", action="store_true", help="skip the passthrough floor")
     p.add_argument("--no-stagger", action="store_true",
                    help="start every session at once (default: starts spread over one upstream delay)")
+    p.add_argument("--phases", default="", help="phases of a round, e.g. floor,proxy (default: all three)")
+    p.add_argument("--tool-result-kb", type=int, default=0, help="grow every tool result to this many KB")
+    p.add_argument("--long-streams", type=int, default=0, help="callers streaming long replies beside the sessions")
+    p.add_argument("--stream-chunks", type=int, default=20_000, help="one-character deltas per long stream")
+    p.add_argument("--stream-seconds", type=float, default=20.0,
+                   help="seconds the upstream spreads a long stream over (0 = as fast as it can)")
+    p.add_argument("--hostile-rps", type=float, default=0.0, help="keyless worst-input requests a second")
+    p.add_argument("--hostile-scale", type=float, default=1.0, help="size of the hostile bodies (1 = full)")
+    p.add_argument("--extras-only", action="store_true", help="run each phase only with the extras")
     p.add_argument("--rss-every", type=float, default=5.0)
     p.add_argument("--json", default=None, help="write the report here")
     args = p.parse_args()
@@ -251,16 +276,17 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as fh:
             fh.write(text)
-    for name in ("floor", "passthrough", "proxy"):
-        if name in report:
-            m = report[name].get("added_ms_median_of_rounds", {})
-            print(f"{name:12} added p50 {m.get('p50')} ms  p95 {m.get('p95')} ms  max {m.get('max')} ms  "
-                  f"cpu/request {report[name]['cpu_ms_per_request']} ms  failures {report[name]['proxy_failures']}")
-            if "cold_added_ms" in report[name]:
-                print(f"{'':12} cold added {report[name]['cold_added_ms']} ms; bystanders "
-                      f"{report[name]['bystander_added_ms']}, in flight beside a cold request "
-                      f"{report[name]['bystander_meanwhile_added_ms']}")
-
+    for name in (n for n in report if n != "args"):
+        m = report[name].get("added_ms_median_of_rounds", {})
+        print(f"{name:20} added p50 {m.get('p50')} ms  p95 {m.get('p95')} ms  max {m.get('max')} ms  "
+              f"cpu/request {report[name]['cpu_ms_per_request']} ms  failures {report[name]['proxy_failures']}  "
+              f"rss max {report[name]['rss_mb']['max']} MB")
+        if "cold_added_ms" in report[name]:
+            print(f"{'':20} cold added {report[name]['cold_added_ms']} ms; bystanders "
+                  f"{report[name]['bystander_added_ms']}, in flight beside a cold request "
+                  f"{report[name]['bystander_meanwhile_added_ms']}")
+        if "extras" in report[name]:
+            print(f"{'':20} extras {json.dumps(report[name]['extras'])}")
 
 if __name__ == "__main__":
     main()

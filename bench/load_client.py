@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from context_engine.bench.cases import load_cases, request_points, resolve_file
+from context_engine.bench.load_extras import pad_tool_results
 from context_engine.bench.load_mock import SLOW_FACTOR
 
 
@@ -45,10 +46,13 @@ async def send(client: httpx.AsyncClient, url: str, body: dict[str, Any], sessio
     return Outcome(session, sent - t0, time.perf_counter() - sent, fault, held, status, error)
 
 
-def requests_of(case: Any, skip: int, turns: int) -> list[list[dict[str, Any]]]:
-    points = request_points(case.messages)[skip:]
+def requests_of(case: Any, skip: int, turns: int,
+                messages: list[dict[str, Any]] | None = None) -> list[list[dict[str, Any]]]:
+    """The requests an agent sent replaying ``case`` (its ``messages``, if given, instead)."""
+    whole = case.messages if messages is None else messages
+    points = request_points(whole)[skip:]
     points = points[:turns] if turns else points
-    return [case.messages[: i + 1] for i in points]
+    return [whole[: i + 1] for i in points]
 
 
 async def run_sessions(url: str, cases: list[Any], args: argparse.Namespace) -> tuple[list[Outcome], float]:
@@ -63,7 +67,8 @@ async def run_sessions(url: str, cases: list[Any], args: argparse.Namespace) -> 
             rep = 0
             while True:
                 case = cases[(k + rep * args.sessions) % len(cases)]
-                for msgs in requests_of(case, args.skip, args.turns):
+                whole = pad_tool_results(case.messages, args.tool_result_kb, f"s{k}r{rep}")
+                for msgs in requests_of(case, args.skip, args.turns, whole):
                     body = {"model": "gpt-4o", "messages": msgs, "stream": args.stream}
                     if case.tools:
                         body["tools"] = case.tools

@@ -6,7 +6,13 @@ headers and part of the body, then drops the connection (no terminating chunk);
 ``error`` answers 500 in the API's error shape; ``slow`` answers after ``SLOW_FACTOR``
 times the delay. Every response says which fault it carries in ``x-mock-fault``, so the
 client can tell a fault the upstream made from one the proxy made, and ``x-mock-ms`` how
-long the upstream held the request (the sleep's real length, not the nominal delay). Run as
+long the upstream held the request (the sleep's real length, not the nominal delay).
+
+A request with neither ``Authorization`` nor ``x-api-key`` is refused at once with 401, as a
+real API would (chat completions and Anthropic Messages, each in its error shape). A streamed
+chat request with ``x-mock-chunks: N`` gets N one-character deltas, each written on its own,
+spread over ``x-mock-stream-s`` seconds (0 or absent: as fast as the loop writes them).
+Run as
 ``python3 -m context_engine.bench.load_mock --port P [--delay 1] [--faults …] [--seed 1]``.
 """
 
@@ -77,6 +83,35 @@ def _chunks(model: str) -> list[bytes]:
     return [f"data: {json.dumps(c)}\n\n".encode() for c in out] + [b"data: [DONE]\n\n"]
 
 
+def _long(model: str, n: int) -> list[bytes]:
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({"id": "chatcmpl-long", "object": "chat.completion.chunk", "created": 0,
+                                       "model": model, "choices": [{"index": 0, "delta": delta,
+                                                                    "finish_reason": finish}]}).encode() + b"\n\n"
+    one = event({"content": "x"})
+    return [event({"role": "assistant", "content": ""}), *[one] * n, event({}, "stop"), b"data: [DONE]\n\n"]
+
+
+def _keyless(request: Request) -> Response | None:
+    """The upstream's 401 for a request that carries no key."""
+    if request.headers.get("authorization") or request.headers.get("x-api-key"):
+        return None
+    if request.url.path.endswith("/messages"):
+        body: dict[str, Any] = {"type": "error", "error": {"type": "authentication_error",
+                                                          "message": "x-api-key header is required"}}
+    else:
+        body = {"error": {"message": "You didn't provide an API key.", "type": "invalid_request_error",
+                          "param": None, "code": None}}
+    return JSONResponse(body, 401, headers={"x-mock-fault": "keyless", "x-mock-ms": "0"})
+
+
+async def _paced(parts: list[bytes], seconds: float) -> AsyncIterator[bytes]:
+    t0, n = time.perf_counter(), len(parts)
+    for i, part in enumerate(parts):
+        yield part
+        await asyncio.sleep(max(0.0, t0 + seconds * (i + 1) / n - time.perf_counter()))
+
+
 class Reset(Exception):
     """Raised inside a response body: uvicorn drops the connection mid-body."""
 
@@ -92,7 +127,11 @@ async def _body(parts: list[bytes], reset: bool) -> AsyncIterator[bytes]:
 def build_app(delay: float, choose: Chooser) -> Starlette:
     async def chat(request: Request) -> Response:
         t0 = time.perf_counter()
-        body = json.loads(await request.body())
+        raw = await request.body()
+        refused = _keyless(request)
+        if refused is not None:
+            return refused
+        body = json.loads(raw)
         fault = choose()
         await asyncio.sleep(delay * (SLOW_FACTOR if fault == "slow" else 1.0))
         # what the upstream itself took, timer overshoot included (a VM's idle vCPU can
@@ -102,6 +141,10 @@ def build_app(delay: float, choose: Chooser) -> Starlette:
         if fault == "error":
             return JSONResponse({"error": {"message": "injected upstream error", "type": "server_error",
                                            "param": None, "code": None}}, 500, headers=headers)
+        if body.get("stream") is True and request.headers.get("x-mock-chunks"):
+            parts = _long(model, int(request.headers["x-mock-chunks"]))
+            return StreamingResponse(_paced(parts, float(request.headers.get("x-mock-stream-s") or 0)),
+                                     media_type="text/event-stream", headers=headers)
         if body.get("stream") is True:
             return StreamingResponse(_body(_chunks(model), fault == "reset"),
                                      media_type="text/event-stream", headers=headers)
@@ -111,7 +154,19 @@ def build_app(delay: float, choose: Chooser) -> Starlette:
                                      media_type="application/json", headers=headers)
         return JSONResponse(_completion(model), headers=headers)
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async def messages(request: Request) -> Response:
+        await request.body()
+        refused = _keyless(request)
+        if refused is not None:
+            return refused
+        await asyncio.sleep(delay)
+        return JSONResponse({"id": "msg_load", "type": "message", "role": "assistant", "model": "mock",
+                             "content": [{"type": "text", "text": ANSWER}], "stop_reason": "end_turn",
+                             "usage": {"input_tokens": 100, "output_tokens": 20}},
+                            headers={"x-mock-fault": "none", "x-mock-ms": f"{delay * 1000:.3f}"})
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                             Route("/v1/messages", messages, methods=["POST"])])
 
 
 def main() -> None:

@@ -4,6 +4,8 @@ drops and counts, per-session structures are capped."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import threading
 import time
 import uuid
 
@@ -149,3 +151,50 @@ def test_parsed_results_are_charged_what_they_hold():
     text = json.dumps({"id": "R1", **{f"f{i}": i for i in range(5_000)}})
     value = Repeats(memo, CompactOptions()).pruned(text)
     assert value is not None and memo.bytes >= _deep_size(value)
+
+
+def test_rows_waiting_for_the_finishing_thread_are_bounded_the_rest_go_unmeasured(start_proxy):
+    """A finishing thread slower than the requests (context metrics of large bodies) must not
+    queue their parsed bodies without end: past the backlog cap a row is recorded at once,
+    without its context metrics and bill estimate, and counted."""
+    proxy = start_proxy(rules=[])
+    finisher = proxy.app.state.finisher
+    finisher.max_measure_backlog = 2
+    held, free = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the finishing thread is busy until the test frees it
+        held.set()
+        free.wait(30)
+
+    finisher._worker.submit(hold)
+    assert held.wait(10)
+    body = {"model": "gpt-4o", "messages": [{"role": "tool", "tool_call_id": "c", "content": "x " * 5_000},
+                                            {"role": "user", "content": "hello"}]}
+    try:
+        for _ in range(6):
+            assert httpx.post(proxy.url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
+        deadline = time.monotonic() + 10
+        while (finisher.skipped_measure < 4 or len(finisher.pending) > 2) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(finisher.pending) == 2 and finisher.skipped_measure == 4  # 2 wait, 4 went unmeasured
+    finally:
+        free.set()
+    rows = proxy.rows()
+    unmeasured = [r for r in rows if json.loads(r["context"]).get("unmeasured") == "finish backlog full"]
+    assert len(rows) == 6 and len(unmeasured) == 4
+    assert all(r["utilization"] is None for r in unmeasured)
+    assert httpx.get(proxy.url + "/healthz").json()["finish_skipped"] == 4
+
+
+def test_the_memory_store_is_bounded_in_bytes_and_keeps_the_recent_values():
+    from context_engine.proxy.store.stores import open_store
+
+    store = open_store("memory://")
+    store.max_bytes = 2_000_000  # type: ignore[attr-defined]  # MemoryStore's cap, smaller for the test
+    values = {f"orig:{i}": uuid.uuid4().bytes * 6_250 for i in range(100)}  # 100 kB each, 10 MB in all
+    for key, value in values.items():
+        store.set(key, value)
+        assert store.get(key) == value
+    assert store.held_bytes <= 2_000_000  # type: ignore[attr-defined]
+    assert store.get("orig:99") == values["orig:99"] and store.get("orig:0") is None
+    assert store.claim("k", 60) and not store.claim("k", 60)  # type: ignore[attr-defined]

@@ -34,6 +34,7 @@ from context_engine.proxy.edge.exposure import (
 )
 from context_engine.proxy.edge.health import health, watch
 from context_engine.proxy.edge.intake import Intake
+from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.relay import quiet_server_aborts
 from context_engine.proxy.edge.sanitize import redact_url
@@ -94,9 +95,10 @@ def create_app(settings: Settings, engine: Engine | None = None,
     finisher = Finisher(engine, recorder, metrics)
     watch(metrics, ledger, engine.store, finisher)
     intake = Intake(settings.max_body_bytes, settings.max_inflight_body_bytes, settings.body_read_timeout)
-    chat = ChatCompletions(engine, upstream, finisher, intake=intake)
-    responses = ChatCompletions(engine, upstream, finisher, RESPONSES, intake)
-    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC, intake)
+    keyless = KeylessRefusals()  # one upstream: what it refuses, it refuses on every API
+    chat = ChatCompletions(engine, upstream, finisher, intake=intake, keyless=keyless)
+    responses = ChatCompletions(engine, upstream, finisher, RESPONSES, intake, keyless)
+    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC, intake, keyless)
     passthrough = Passthrough(upstream)
 
     async def healthz(request: Request) -> JSONResponse:

@@ -20,6 +20,7 @@ from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
 from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
 from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
+from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.sanitize import model_name
 from context_engine.proxy.edge.tags import tags
@@ -52,7 +53,8 @@ def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[
 
 class ChatCompletions:
     def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
-                 adapter: Adapter = CHAT, intake: Intake | None = None) -> None:
+                 adapter: Adapter = CHAT, intake: Intake | None = None,
+                 keyless: KeylessRefusals | None = None) -> None:
         self.adapter = adapter
         self.wire = WIRES[adapter.name]
         self.engine = engine
@@ -62,6 +64,7 @@ class ChatCompletions:
         self.session_key = session_key(self.settings.session_key, self.settings.store)
         self.intake = intake or Intake(self.settings.max_body_bytes, self.settings.max_inflight_body_bytes,
                                        self.settings.body_read_timeout)
+        self.keyless = keyless or KeylessRefusals()
 
     async def handle(self, request: Request) -> Response:
         """The request, its body's bytes charged to the intake budget until it returns."""
@@ -73,11 +76,14 @@ class ChatCompletions:
 
     async def _handle(self, request: Request, ticket: Ticket) -> Response:
         t0, arrived = time.perf_counter(), time.time()
+        headers = request_headers(request.headers.raw, kept_here(request.scope))
         try:
             url = self.upstream.url_for(request.scope)
             raw = await self.intake.read(request, ticket)
-            body = await off_loop(len(raw), self.adapter.parse, raw)
             mode = modes.resolve(request.headers, self.settings.mode)
+            if self.keyless.skip(headers):  # the upstream will refuse it: not even parsed
+                return await self._refused(request, url, headers, raw, mode, t0, arrived)
+            body = await off_loop(len(raw), self.adapter.parse, raw)
         except ProxyError as exc:
             return self._error(exc)
         try:
@@ -104,7 +110,6 @@ class ChatCompletions:
             out, row.tokens_sent = tooled, row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
-        headers = request_headers(request.headers.raw, kept_here(request.scope))
         if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
             headers = accepting(headers, "identity" if body.stream else "gzip")
         try:
@@ -112,14 +117,15 @@ class ChatCompletions:
         except ProxyError as exc:
             row.status, row.error = exc.status, exc.message
             row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
             return self._error(exc)
         except asyncio.CancelledError:  # shutdown cut it (proxy/edge/shutdown.py): still a row
             row.status, row.error = 503, "cut by shutdown before the upstream answered"
             row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False)
+            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
             raise
         row.status = r.status_code
+        self.keyless.observe(headers, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             row.status = status
@@ -130,7 +136,7 @@ class ChatCompletions:
             if loop is not None:
                 row.recall_rounds, row.recall_prompt_tokens, row.recall_completion_tokens = loop.cost()
             self.finisher.schedule(row, body.chat, rewrite, usage,
-                                   shadow=arm == "shadow" and body.rewritable)
+                                   shadow=arm == "shadow" and body.rewritable, size=len(raw))
 
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
@@ -181,6 +187,34 @@ class ChatCompletions:
                 and "prompt_cache_key" not in body.data):
             out = await off_loop(len(out), profiles.add_prompt_cache_key, out, sid)
         return row, rewrite, out
+
+    async def _refused(self, request: Request, url: str, headers: list[tuple[bytes, bytes]],
+                       raw: bytes, mode: str, t0: float, arrived: float) -> Response:
+        """A request without a credential to an upstream that refuses those
+        (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
+        self.finisher.begin()
+        row = LedgerRow(session="-", model="", mode=mode, arm="bypass", path=request.url.path,
+                        api=self.adapter.name, context={"skipped": "no_credentials"},
+                        tokens_original=len(raw) // 4, tokens_sent=len(raw) // 4)
+        row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
+        started = time.perf_counter()
+        nothing: dict[str, Any] = {"messages": []}
+        try:
+            r = await self.upstream.send("POST", url, headers, raw)
+        except (ProxyError, asyncio.CancelledError) as exc:
+            row.status, row.error = (exc.status, exc.message) if isinstance(exc, ProxyError) else (
+                503, "cut by shutdown before the upstream answered")
+            self.finisher.schedule(row, nothing, None, Usage(), shadow=False)
+            if isinstance(exc, ProxyError):
+                return self._error(exc)
+            raise
+        self.keyless.observe(headers, r.status_code)
+
+        def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
+            row.status, row.upstream_ms, row.error = status, upstream_ms, error
+            self.finisher.schedule(row, nothing, None, usage, shadow=False)
+
+        return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic")
 
     def _error(self, exc: ProxyError) -> Response:
         headers = {"retry-after": "1"} if isinstance(exc, ServerBusy) else None

@@ -28,7 +28,8 @@ def health(ledger: Ledger, store: Any, finisher: Finisher) -> dict[str, Any]:
     if st["state"] != "ok":
         reasons.append(f"store is {st['state']}: {st.get('last_error', '')}".rstrip(": "))
     return {"status": "degraded" if reasons else "ok", "reasons": reasons, "ledger": led,
-            "store": st, "shadow_skipped": finisher.skipped_shadow}
+            "store": st, "shadow_skipped": finisher.skipped_shadow,
+            "finish_skipped": finisher.skipped_measure}
 
 
 def watch(metrics: Any, ledger: Ledger, store: Any, finisher: Finisher) -> None:
@@ -43,5 +44,7 @@ def watch(metrics: Any, ledger: Ledger, store: Any, finisher: Finisher) -> None:
                   "(the rest were found in the store)", finisher.engine.embedded)
     metrics.watch("context_engine_shadow_skipped", "Shadow rewrites skipped because the backlog was full",
                   lambda: finisher.skipped_shadow)
+    metrics.watch("context_engine_finish_skipped", "Rows recorded without context metrics or "
+                  "bill estimate because the finishing backlog was full", lambda: finisher.skipped_measure)
     metrics.watch("context_engine_store_up", "1 while the store answers (0: outage, rules fail open)",
                   lambda: float(store_health(store)["state"] == "ok"))

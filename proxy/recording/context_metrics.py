@@ -55,6 +55,8 @@ def utilization(segments: list[str], response: str) -> float | None:
             if not words:
                 continue
             total += len(words)
+            if resp_set.isdisjoint(words):  # no shared word: no shared id or 3-gram either
+                continue
             ids = {w.casefold() for w in _WORD.findall(line) if _IDCHAR.search(w)} & resp_set
             if ids or _grams(words) & resp_grams:
                 used += len(words)

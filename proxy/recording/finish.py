@@ -5,6 +5,12 @@ background lane (so they never hold up the event loop or a request); what grows 
 body (context metrics, the bill estimate's signatures and token counts) in one finishing
 thread, in the order requests finished (the estimator's per-session state needs that
 order); recording the row and the metrics on the loop.
+
+The rows waiting for that thread (or for a shadow rewrite) hold their parsed bodies, so
+they are capped (``MAX_MEASURE_BACKLOG`` rows, ``MAX_MEASURE_BYTES`` of request bodies):
+when requests come faster than the thread measures them, the rest are recorded at once
+without context metrics or the bill estimate (``context.unmeasured``, counted in
+``skipped_measure``), and memory stays flat however long the overload lasts.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ from context_engine.proxy.recording.ledger import Ledger, LedgerRow
 
 log = logging.getLogger("context_engine.finish")
 MAX_SHADOW_BACKLOG = 256  # shadow rewrites waiting for the rules thread; beyond it, skipped
+MAX_MEASURE_BACKLOG = 64  # rows waiting to be measured; beyond it, recorded unmeasured
+MAX_MEASURE_BYTES = 64 * 1024 * 1024  # request body bytes those rows may hold
+UNMEASURED = "finish backlog full"
+REFUSED = frozenset({401, 403})  # the upstream refused the caller: no reply, nothing billed
 
 
 def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
@@ -65,6 +75,9 @@ class Finisher:
         self.skipped_shadow = 0
         self.shadow_backlog = 0
         self.max_shadow_backlog = MAX_SHADOW_BACKLOG
+        self.skipped_measure = 0
+        self.measure_backlog = self.measure_bytes = 0  # rows (and their body bytes) admitted, not done
+        self.max_measure_backlog, self.max_measure_bytes = MAX_MEASURE_BACKLOG, MAX_MEASURE_BYTES
         self.unfinished = 0  # rows begun and not yet recorded (for tests and shutdown)
         self._scheduled = asyncio.Event()  # a row was scheduled (``stop`` waits for one)
         self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="finish")
@@ -73,19 +86,30 @@ class Finisher:
         self.unfinished += 1
 
     def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                 usage: Usage, shadow: bool) -> None:
-        if shadow and self.shadow_backlog >= self.max_shadow_backlog:
+                 usage: Usage, shadow: bool, size: int = 0) -> None:
+        """Finish ``row`` after the response; ``size`` is its request body's length."""
+        measure = self.measure_backlog < self.max_measure_backlog and \
+            (self.measure_bytes == 0 or self.measure_bytes + size <= self.max_measure_bytes)
+        if row.status in REFUSED:  # nothing to measure (a keyless caller's huge body, say)
+            row.context["unmeasured"], measure, shadow = "refused", False, False
+        if (shadow and self.shadow_backlog >= self.max_shadow_backlog) or (shadow and not measure):
             self.skipped_shadow += 1
             shadow = False
             row.error = row.error or "shadow skipped: backlog full"
         self.shadow_backlog += shadow
-        task = asyncio.get_running_loop().create_task(self._finish(row, data, rewrite, usage, shadow))
+        if measure:
+            self.measure_backlog, self.measure_bytes = self.measure_backlog + 1, self.measure_bytes + size
+        elif "unmeasured" not in row.context:  # the body is let go now; the row is recorded as it is
+            self.skipped_measure += 1
+            row.context["unmeasured"] = UNMEASURED
+        task = asyncio.get_running_loop().create_task(
+            self._finish(row, data, rewrite, usage, shadow, size) if measure else self._record(row))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
         self._scheduled.set()
 
     async def _finish(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                      usage: Usage, shadow: bool) -> None:
+                      usage: Usage, shadow: bool, size: int) -> None:
         try:
             if shadow:
                 try:
@@ -102,6 +126,12 @@ class Finisher:
                 self._worker, self._measure, row, data, rewrite, usage)
         except RuntimeError:  # the worker is shut down (closing): the row goes as it is
             log.warning("finishing thread closed; row recorded without its context metrics")
+        finally:
+            self.measure_backlog -= 1
+            self.measure_bytes -= size
+        await self._record(row)
+
+    async def _record(self, row: LedgerRow) -> None:
         try:
             if self.ledger is not None:
                 self.ledger.record(row)

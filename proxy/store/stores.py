@@ -1,7 +1,8 @@
 """Key-value stores for things rules keep across requests (tool originals, summaries).
 
 ``DiskStore`` (diskcache) is the embedded default; ``MemoryStore`` serves tests and the
-bench; Redis (shared by replicas) comes behind a circuit breaker (``store_breaker``): in
+bench, and keeps at most ``MEMORY_STORE_BYTES`` in the process (least recently used values
+leave first: a recall of one answers "not found", as after a Redis key expires); Redis (shared by replicas) comes behind a circuit breaker (``store_breaker``): in
 an outage its calls raise ``StoreUnavailable`` at once and the rules using it fail open.
 Values are bytes; keys are short strings.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 from typing import Protocol
+
+MEMORY_STORE_BYTES = 128 * 1024 * 1024
 
 
 class StoreUnavailable(ConnectionError):
@@ -27,16 +30,38 @@ class Store(Protocol):
 
 
 class MemoryStore:
-    def __init__(self) -> None:
-        self._data: dict[str, bytes] = {}
+    def __init__(self, max_bytes: int = MEMORY_STORE_BYTES) -> None:
+        self._data: dict[str, bytes] = {}  # least recently used first
+        self._bytes = 0  # of the keys and values in ``_data``
+        self.max_bytes = max_bytes
         self._claims: dict[str, float] = {}
         self._lock = threading.Lock()
 
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
     def get(self, key: str) -> bytes | None:
-        return self._data.get(key)
+        with self._lock:
+            value = self._data.pop(key, None)
+            if value is not None:
+                self._data[key] = value  # now the most recent
+            return value
 
     def set(self, key: str, value: bytes) -> None:
-        self._data[key] = value
+        with self._lock:
+            old = self._data.pop(key, None)
+            if not self._data:
+                self._bytes = 0
+            elif old is not None:
+                self._bytes -= len(key) + len(old)
+            if len(key) + len(value) > self.max_bytes:
+                return
+            self._data[key] = value
+            self._bytes += len(key) + len(value)
+            while self._bytes > self.max_bytes and self._data:
+                k = next(iter(self._data))
+                self._bytes -= len(k) + len(self._data.pop(k))
 
     def claim(self, key: str, seconds: float) -> bool:
         now = time.monotonic()

@@ -47,3 +47,28 @@ def test_load_bench_cold_mode_measures_bystanders_beside_the_passthrough(tmp_pat
         meanwhile = phase["bystander_meanwhile_added_ms"]
         assert meanwhile["n"] >= 1 and meanwhile["max"] >= meanwhile["p50"]
         assert phase["ledger_rows"] == phase["ledger_rows_expected"]
+
+
+@pytest.mark.slow
+@needs_data("agent_traces_dev.jsonl")
+def test_load_bench_runs_each_phase_without_and_with_long_streams_and_hostile_callers(tmp_path):
+    out = tmp_path / "extras.json"
+    env = {**os.environ, "CONTEXT_ENGINE_DATA": str(DATA), "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "bench/load.py", "--phases", "floor,proxy", "--sessions", "2",
+                    "--delay", "0.1", "--duration", "2", "--tool-result-kb", "4", "--rss-every", "0.5",
+                    "--long-streams", "1", "--stream-chunks", "200", "--stream-seconds", "0.2", "--hostile-rps", "2",
+                    "--hostile-scale", "0.01", "--data", str(Path(DATA) / "agent_traces_dev.jsonl"),
+                    "--json", str(out)], cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
+    report = json.loads(out.read_text())
+    assert [k for k in report if k != "args"] == ["floor", "floor+streams+hostile",
+                                                   "proxy", "proxy+streams+hostile"]
+    for name in ("floor", "proxy"):
+        plain, loaded = report[name], report[name + "+streams+hostile"]
+        assert plain["proxy_failures"] == loaded["proxy_failures"] == 0, (plain, loaded)
+        assert "extras" not in plain and plain["rss_mb"]["trend"]["mb_per_min"] is not None
+        extras = loaded["extras"]
+        assert extras["streams_done"] >= 1 and extras["stream_errors"] == [], extras
+        assert extras["stream_events_min"] == 200 + 3  # the role event, the deltas, stop, [DONE]
+        assert extras["hostile_sent"] >= 2
+        assert all(s.endswith(":401") for s in extras["hostile_statuses"]), extras
+    assert report["proxy"]["ledger_rows"] == report["proxy"]["ledger_rows_expected"]
