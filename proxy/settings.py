@@ -83,6 +83,10 @@ class Settings:
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
     log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
+    stream_coalesce_ms: float = field(default=10.0, metadata={
+        "help": "an SSE stream's small events that arrive within this many ms go out in one "
+                "write, byte for byte (0 = each as it comes); a token-a-millisecond stream "
+                "otherwise costs the event loop a write per token"})
     rules_deadline_ms: float = field(default=250.0, metadata={
         "help": "a rewrite not done this long after the request arrived sends the original (failed open; 0 = no deadline)"})
     rules_deadline_per_10k_tokens_ms: float = field(default=60.0, metadata={
@@ -243,6 +247,8 @@ def _check(s: Settings) -> None:
     for key in ("rules_deadline_per_10k_tokens_ms", "rules_deadline_max_ms"):
         if getattr(s, key) < 0:
             raise ConfigError(f"{key}: {getattr(s, key)} must be at least 0")
+    if not 0 <= s.stream_coalesce_ms <= 1000:
+        raise ConfigError(f"stream_coalesce_ms: {s.stream_coalesce_ms} must be 0 to 1000")
     if s.max_body_bytes <= 0 or s.upstream_timeout <= 0 or s.connect_timeout <= 0:
         raise ConfigError("max_body_bytes, upstream_timeout and connect_timeout must be positive")
     if not 0 <= s.shutdown_grace <= 3600:

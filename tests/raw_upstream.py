@@ -7,6 +7,7 @@ completion, fast, with keep-alive, so it can serve fuzz runs):
     stall-stream SSE headers, one event, then silence (the proxy's read timeout fires)
     slow-stream  one SSE event every 50 ms for 10 s; notes when the proxy hangs up
     cut-body     JSON headers with a Content-Length of 400, 20 bytes, then a reset
+    burst-stream BURST one-word events 1 ms apart, each its own write, then ``[DONE]``
     late-close   SSE headers, one event and ``[DONE]``, then 2 s before the stream ends
     reset-next   the fixed completion with keep-alive; the connection's next request is
                  never read: once its bytes arrive the socket closes (a reset), as a
@@ -41,6 +42,7 @@ def _event(text: str) -> bytes:
     return b"%x\r\n%s\r\n" % (len(line), line)
 
 
+BURST = 400
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n")
 
@@ -153,6 +155,14 @@ class RawUpstream:
             except OSError:
                 self.hung_up.set()
             return False
+        if model == "burst-stream":
+            conn.sendall(SSE_HEAD)
+            for i in range(BURST):
+                conn.sendall(_event(f"w{i} "))
+                time.sleep(0.001)
+            done = b"data: [DONE]\n\n"
+            conn.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+            return True
         if model == "late-close":
             done = b"data: [DONE]\n\n"
             conn.sendall(SSE_HEAD + _event("Hello") + b"%x\r\n%s\r\n" % (len(done), done))

@@ -99,7 +99,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
     chat = ChatCompletions(engine, upstream, finisher, intake=intake, keyless=keyless)
     responses = ChatCompletions(engine, upstream, finisher, RESPONSES, intake, keyless)
     messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC, intake, keyless)
-    passthrough = Passthrough(upstream)
+    passthrough = Passthrough(upstream, settings.stream_coalesce_ms / 1000)
 
     async def healthz(request: Request) -> JSONResponse:
         """Status for anyone; the details (replica, errors, counters) for the admin."""

@@ -61,6 +61,7 @@ class ChatCompletions:
         self.upstream = upstream
         self.finisher = finisher
         self.settings = engine.settings
+        self.coalesce_s = engine.settings.stream_coalesce_ms / 1000
         self.session_key = session_key(self.settings.session_key, self.settings.store)
         self.intake = intake or Intake(self.settings.max_body_bytes, self.settings.max_inflight_body_bytes,
                                        self.settings.body_read_timeout)
@@ -156,7 +157,7 @@ class ChatCompletions:
             return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
                                 self.settings.recall.max_held_bytes)
         return await relay(r, started, extra, done, buffer=True,
-                           anthropic=self.adapter.name == "anthropic")
+                           anthropic=self.adapter.name == "anthropic", coalesce_s=self.coalesce_s)
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None,
@@ -214,7 +215,8 @@ class ChatCompletions:
             row.status, row.upstream_ms, row.error = status, upstream_ms, error
             self.finisher.schedule(row, nothing, None, usage, shadow=False)
 
-        return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic")
+        return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic",
+                           coalesce_s=self.coalesce_s)
 
     def _error(self, exc: ProxyError) -> Response:
         headers = {"retry-after": "1"} if isinstance(exc, ServerBusy) else None

@@ -15,8 +15,8 @@ from context_engine.proxy.edge.upstream import Upstream, kept_here, request_head
 
 
 class Passthrough:
-    def __init__(self, upstream: Upstream) -> None:
-        self.upstream = upstream
+    def __init__(self, upstream: Upstream, coalesce_s: float = 0.0) -> None:
+        self.upstream, self.coalesce_s = upstream, coalesce_s
 
     async def handle(self, request: Request) -> Response:
         anthropic = speaks_anthropic(request.url.path, request.headers)
@@ -33,4 +33,5 @@ class Passthrough:
                                          request_headers(request.headers.raw, kept_here(request.scope)), body)
         except ProxyError as exc:
             return error_response(exc, anthropic)
-        return await relay(r, started, [], None, buffer=False, anthropic=anthropic)
+        return await relay(r, started, [], None, buffer=False, anthropic=anthropic,
+                           coalesce_s=self.coalesce_s)

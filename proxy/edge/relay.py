@@ -12,13 +12,18 @@ read timeout) in OpenAI's error shape (Anthropic's on its routes). A stream that
 mid-way is aborted: the server drops the connection without the terminating chunk, so
 the client's SDK raises instead of acting on half an answer. A client that hangs up mid-stream closes the
 upstream stream at once; its row says ``client_disconnected``.
+
+An SSE stream's small chunks go out in batches (``batching``): the events that arrived
+within ``coalesce_s`` (``stream_coalesce_ms``) in one write, at most that much later, byte
+for byte.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 
 import anyio
 import httpx
@@ -26,6 +31,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from context_engine.proxy.edge.batching import batches
 from context_engine.proxy.edge.errors import (
     ProxyError,
     StreamAborted,
@@ -40,6 +46,7 @@ log = logging.getLogger("context_engine.relay")
 
 Done = Callable[[Usage, float, str, int], None]
 CLIENT_DISCONNECTED = "client_disconnected"
+COALESCE_BELOW = 16 * 1024  # bytes; a bigger batch is a bulk transfer, read on at once
 
 
 def _is_sse(r: httpx.Response) -> bool:
@@ -54,14 +61,15 @@ def fault(exc: httpx.HTTPError, where: str) -> ProxyError:
 
 
 async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[bytes, bytes]],
-                on_done: Done | None, buffer: bool, anthropic: bool = False) -> Response:
+                on_done: Done | None, buffer: bool, anthropic: bool = False,
+                coalesce_s: float = 0.0) -> Response:
     """Turn the upstream response into the client's response (a fault before the body
     was sent answers in Anthropic's error shape when ``anthropic``)."""
     stream = _is_sse(r)
     tap = UsageTap(r.headers.get("content-encoding", ""), stream=stream) if on_done else None
     headers = response_headers(r.headers.raw) + extra_headers
     if not buffer or stream:
-        return StreamRelay(r, headers, tap, started, on_done)
+        return StreamRelay(r, headers, tap, started, on_done, coalesce_s if stream else 0.0)
     try:
         body = b"".join([chunk async for chunk in r.aiter_raw()])
     except httpx.HTTPError as exc:
@@ -88,18 +96,24 @@ class StreamRelay(Response):
     """Streams the upstream body; aborts on an upstream fault, stops on a client hang-up."""
 
     def __init__(self, r: httpx.Response, headers: list[tuple[bytes, bytes]],
-                 tap: UsageTap | None, started: float, on_done: Done | None) -> None:
+                 tap: UsageTap | None, started: float, on_done: Done | None,
+                 coalesce_s: float = 0.0) -> None:
         self.r, self.tap, self.started, self.on_done = r, tap, started, on_done
+        self.coalesce_s = coalesce_s
         self.status_code = r.status_code
         self.raw_headers = headers
         self.background = None
 
     async def _body(self, send: Send) -> str:
         """Send the body; the error that stops the stream early (``""``: none)."""
-        async for chunk in self.r.aiter_raw():
-            if self.tap is not None:
-                self.tap.feed(chunk)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        chunks: AsyncGenerator[bytes, None] = self.r.aiter_raw()  # type: ignore[assignment]
+        if self.coalesce_s:
+            chunks = batches(chunks, self.coalesce_s, COALESCE_BELOW)
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                if self.tap is not None:
+                    self.tap.feed(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         return ""
 
     def _usage(self) -> Usage | None:
