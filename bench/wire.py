@@ -18,9 +18,9 @@ from typing import Any
 
 from context_engine.bench.cases import Case
 from context_engine.proxy.adapters import ADAPTERS
-from context_engine.proxy.adapters.base import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.engine.messages import system_prefix_len
+from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.recall.wires import WIRES
 
 APIS = ("chat", "responses", "anthropic")

@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Any
 
-from context_engine.proxy.edge.sanitize import redact_url
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, Settings, load_settings
 
 
@@ -201,7 +201,7 @@ def _launcher() -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from context_engine.proxy.reporting.live import watch
+    from context_engine.proxy.launcher.status import watch
 
     return watch(args.url, args.token, once=args.once, every=args.every)
 

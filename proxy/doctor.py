@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from context_engine.proxy.edge.sanitize import redact_url
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, Settings
 
 ENCODINGS = {name: f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"

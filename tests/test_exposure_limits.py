@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from context_engine.proxy.edge.exposure import check_exposure
-from context_engine.proxy.edge.sanitize import redact_url
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, load_settings
 
 MSGS = [{"role": "user", "content": "hi"}]

@@ -13,15 +13,15 @@
 - pinned messages (``proxy/engine/sessions.py``) are kept: the first user message (the
   task) byte-identical, with no later client message moved before it, and in an agent session every instruction (a user
   message that is not a harness's observation) byte-identical and in order.
-- opaque items (reasoning, thinking, compaction…) stay intact: ``context_engine.proxy.adapters.opaque``.
+- opaque items (reasoning, thinking, compaction…) stay intact: ``context_engine.proxy.engine.opaque``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.adapters.opaque import opaque_problems
 from context_engine.proxy.engine.messages import is_instruction, media_refs, text_of
+from context_engine.proxy.engine.opaque import opaque_problems
 from context_engine.proxy.engine.sessions import first_user_index, pinned
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}

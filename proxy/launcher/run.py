@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-from context_engine.proxy.edge.sanitize import redact_url
 from context_engine.proxy.edge.tags import tag_prefix
 from context_engine.proxy.launcher import background
 from context_engine.proxy.launcher.agents import AGENTS, OPENAI, Launch, generic_env, launch
+from context_engine.proxy.sanitize import redact_url
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

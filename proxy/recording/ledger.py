@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from context_engine.proxy.edge.sanitize import clean_value
 from context_engine.proxy.recording.ledger_writer import TABLE, RowWriter
+from context_engine.proxy.sanitize import clean_value
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

@@ -18,9 +18,9 @@ import socket
 import threading
 from typing import Any
 
-from context_engine.proxy.edge.sanitize import redact_url
 from context_engine.proxy.recording.ledger import COLUMNS, LedgerRow
 from context_engine.proxy.recording.ledger_writer import TABLE
+from context_engine.proxy.sanitize import redact_url
 
 MIGRATION_LOCK = 0x6C656467  # pg_advisory_xact_lock key: one replica migrates at a time
 # A dead peer (a host gone, a half-open connection) breaks the connection within seconds:
