@@ -96,7 +96,7 @@ def check_store(settings: Settings) -> Check:
         close = getattr(store, "close", None)
         if close is not None:
             close()
-    return Check("store writable", True, settings.store)
+    return Check("store writable", True, redact_url(settings.store))
 
 
 def check_ledger(settings: Settings) -> Check:
