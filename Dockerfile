@@ -1,6 +1,6 @@
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md config.yaml ./
+COPY pyproject.toml setup.py README.md config.yaml ./
 COPY proxy ./proxy
 COPY rules ./rules
 COPY bench ./bench

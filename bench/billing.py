@@ -13,7 +13,7 @@ For every request point of a replay, per billing model (``openai``, ``anthropic`
 - the *report* prices the same requests the way ``context-engine report`` does: a
   ledger row with the simulator's usage for the rewrite (prompt, cache reads and
   writes), the counterfactual estimate of ``proxy/billing/estimate.py`` for the original
-  (message granularity, the proxy's token counts) and ``aggregate.row_bill``.
+  (message granularity, the proxy's token counts) and ``billing.row_bill``.
 
 ``report saving − harness saving`` is how far the report is from the bill. Input tokens
 only (the bench has no replies). Anthropic runs give the client breakpoints the way
@@ -29,10 +29,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from context_engine.proxy.billing.estimate import BillEstimator
+from context_engine.proxy.billing.row_bill import row_bill
 from context_engine.proxy.engine.prefix import MARK, strip_marks
 from context_engine.proxy.engine.tokens import get_encoding
 from context_engine.proxy.recording.ledger import LedgerRow
-from context_engine.proxy.reporting.aggregate import row_bill
 
 MODELS = {"openai": "gpt-5", "anthropic": "claude-sonnet-4-5"}
 KINDS = tuple(MODELS)

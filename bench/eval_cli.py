@@ -24,7 +24,8 @@ from context_engine.bench.eval_report import render, summarize, write_json
 from context_engine.bench.eval_run import Options, evaluate, questions_of
 from context_engine.bench.systems import EngineSystem, engine_settings
 from context_engine.proxy.billing.pricing import price_for
-from context_engine.proxy.settings import ConfigError, Registry
+from context_engine.proxy.engine.contract import Registry
+from context_engine.proxy.settings import ConfigError
 from context_engine.rules import REGISTRY
 
 DEFAULT_FILES = ("locomo", "agent_traces")

@@ -20,6 +20,7 @@ import time
 
 import httpx
 
+from context_engine.bench.metrics import percentile
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
@@ -66,7 +67,7 @@ async def probe(url: str, mb: float, concurrent: int, rounds: int) -> dict[str, 
     lags.sort()
     return {"mb": mb, "concurrent": concurrent, "rounds": rounds, "seconds": round(elapsed, 2),
             "healthz_ms_p50": round(statistics.median(lags) * 1000, 1),
-            "healthz_ms_p99": round(lags[int(len(lags) * 0.99) - 1] * 1000, 1),
+            "healthz_ms_p99": round((percentile(lags, 99) or 0.0) * 1000, 1),
             "healthz_ms_max": round(lags[-1] * 1000, 1), "pings": len(lags)}
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from context_engine.bench.fleet import free_port, wait_up
+from context_engine.bench.metrics import percentile
 from context_engine.rules import DEFAULT_RULES
 
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
@@ -60,8 +61,9 @@ def body_for(api: str, messages: list[dict[str, Any]]) -> bytes:
 
 
 def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+    """The shared nearest-rank percentile (``bench/metrics.py``), q in 0..1; 0 for no values."""
+    value = percentile(xs, q * 100)
+    return 0.0 if value is None else value
 
 
 def start_proxy(port: int, upstream: str, rules: str, mode: str, env: dict[str, str]) -> Any:

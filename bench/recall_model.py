@@ -6,7 +6,7 @@ client message holding it (a ``[context-engine:recall] turns from #a on`` line c
 the ``orig:<id>`` of that tool output) and calls ``context_recall`` with that id, all
 missing pieces in one round: evidence in the answers is *reachable after recall*. A second
 figure asks by query instead (the probe's question, one call), as a model that does not
-know where its evidence lies would. Calls are answered by ``context_engine.proxy.recall.resolve``, the
+know where its evidence lies would. Calls are answered by ``context_engine.proxy.engine.recall_resolve``, the
 code the server runs.
 
 Tokens: each request counts with the tool's definition when the engine offered it; a
@@ -24,8 +24,8 @@ from typing import Any
 
 from context_engine.bench.cases import Case
 from context_engine.bench.metrics import visible_text
+from context_engine.proxy.engine.recall_resolve import resolve
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.recall.resolve import resolve
 from context_engine.proxy.recall.tool import TOOL
 
 _TURNS = re.compile(r"\[context-engine:recall\] turns from #(\d+) on")

@@ -18,8 +18,9 @@ from typing import Any
 
 from context_engine.bench.cases import Case
 from context_engine.proxy.adapters import ADAPTERS
-from context_engine.proxy.adapters.base import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.engine.messages import system_prefix_len
+from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.recall.wires import WIRES
 
 APIS = ("chat", "responses", "anthropic")
@@ -69,9 +70,7 @@ def to_responses(model: str, messages: list[Any], tools: Any, opaque: bool) -> d
 
 def to_anthropic(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "max_tokens": 1024}
-    start = 0
-    while start < len(messages) and messages[start].get("role") in ("system", "developer"):
-        start += 1
+    start = system_prefix_len(messages)
     if start:
         body["system"] = "\n\n".join(_text(m.get("content")) for m in messages[:start])
     out: list[dict[str, Any]] = []

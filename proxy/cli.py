@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import Any
 
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, Settings, load_settings
 
 
@@ -37,7 +38,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(settings)
     logging.getLogger("context_engine").info(
         "context-engine on http://%s:%d → %s, mode %s, rules: %s", settings.host, settings.port,
-        settings.upstream, settings.mode, ", ".join(settings.rules) or "(none: passthrough)")
+        redact_url(settings.upstream), settings.mode,
+        ", ".join(settings.rules) or "(none: passthrough)")
     # SIGTERM/SIGINT: flush the ledger, let requests in flight run for shutdown_grace, then
     # the app's shutdown finishes their rows and closes, all within a container's grace
     # period (proxy/edge/shutdown.py). A second Ctrl-C (SIGINT) exits at once.
@@ -56,7 +58,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from context_engine.proxy.recording.ledger import read_rows, redact
+    from context_engine.proxy.recording.ledger import read_rows
     from context_engine.proxy.reporting.report import build, parse_since, render, to_csv, to_json
 
     settings = _settings(args)
@@ -75,7 +77,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         print(to_csv(data), end="")
     elif not rows:
-        print(f"No requests in the ledger at {redact(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
+        print(f"No requests in the ledger at {redact_url(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
     else:
         console = Console(width=150)
         for part in render(data):
@@ -199,7 +201,7 @@ def _launcher() -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from context_engine.proxy.reporting.live import watch
+    from context_engine.proxy.launcher.status import watch
 
     return watch(args.url, args.token, once=args.once, every=args.every)
 

@@ -4,6 +4,7 @@ field's type, and the YAML file (``proxy/settings.py`` puts them together)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -36,6 +37,27 @@ def field_type(cls: type, name: str) -> type:
     if default is dataclasses.MISSING and callable(factory):
         default = factory()
     return type(default)
+
+
+def rule_config(name: str, cls: type, options: Mapping[str, Any]) -> Any:
+    """``rule_options.<name>`` checked and coerced into the rule's config class ``cls``."""
+    valid = [f.name for f in dataclasses.fields(cls)]
+    clean = {}
+    for key, value in (options or {}).items():
+        if key not in valid:
+            raise ConfigError(
+                f"rule_options.{name}.{key}: unknown option; valid options: {', '.join(valid)}")
+        kind = field_type(cls, key)
+        if kind in (list, tuple, dict):
+            if not isinstance(value, kind if kind is not tuple else (list, tuple)):
+                raise ConfigError(f"rule_options.{name}.{key}: expected a {kind.__name__}")
+            clean[key] = tuple(value) if kind is tuple else value
+        else:
+            clean[key] = coerce(f"rule_options.{name}.{key}", value, kind)
+    try:
+        return cls(**clean)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"rule_options.{name}: {exc}") from None
 
 
 def read_yaml(path: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, Settings
 
 ENCODINGS = {name: f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
@@ -87,18 +88,19 @@ def check_store(settings: Settings) -> Check:
         key = f"doctor:{uuid.uuid4().hex}"
         store.set(key, b"ok")
         if store.get(key) != b"ok":
-            return Check("store writable", False, f"{settings.store}: a value written was not read back", fix)
+            return Check("store writable", False,
+                         f"{redact_url(settings.store)}: a value written was not read back", fix)
     except Exception as exc:  # the edge: whatever goes wrong is the finding
-        return Check("store writable", False, f"{settings.store}: {exc}", fix)
+        return Check("store writable", False, f"{redact_url(settings.store)}: {exc}", fix)
     finally:
         close = getattr(store, "close", None)
         if close is not None:
             close()
-    return Check("store writable", True, settings.store)
+    return Check("store writable", True, redact_url(settings.store))
 
 
 def check_ledger(settings: Settings) -> Check:
-    from context_engine.proxy.recording.ledger import ledger_kind, redact, sqlite_path
+    from context_engine.proxy.recording.ledger import ledger_kind, sqlite_path
 
     fix = ("point ledger at a writable file (--ledger or CONTEXT_ENGINE_LEDGER), "
            "or at a reachable postgresql://")
@@ -117,13 +119,11 @@ def check_ledger(settings: Settings) -> Check:
             finally:
                 conn.close()
     except Exception as exc:  # the edge: whatever goes wrong is the finding
-        return Check("ledger writable", False, f"{redact(settings.ledger)}: {exc}", fix)
-    return Check("ledger writable", True, redact(settings.ledger))
+        return Check("ledger writable", False, f"{redact_url(settings.ledger)}: {exc}", fix)
+    return Check("ledger writable", True, redact_url(settings.ledger))
 
 
 def check_upstream(settings: Settings, timeout: float = 5.0) -> Check:
-    from context_engine.proxy.edge.sanitize import redact_url
-
     where = redact_url(settings.upstream)
     try:
         r = httpx.get(settings.upstream.rstrip("/") + "/models", timeout=timeout)

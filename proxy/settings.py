@@ -16,15 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from context_engine.proxy.config_values import ConfigError as ConfigError  # re-exported
-from context_engine.proxy.config_values import coerce, field_type, read_yaml
-from context_engine.proxy.engine.contract import Rule, RuleDeps
+from context_engine.proxy.config_values import coerce, field_type, read_yaml, rule_config
+from context_engine.proxy.engine.contract import Registry, Rule, RuleDeps
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
+from context_engine.proxy.engine.recall_options import RecallOptions, parse_recall
 from context_engine.proxy.engine.sessions import KINDS
-from context_engine.proxy.recall.config import RecallOptions, parse_recall
 from context_engine.proxy.recording.ledger import ledger_kind
 from context_engine.rules import DEFAULT_RULES, REGISTRY
-
-Registry = Mapping[str, type[Rule]]
 
 MODES = ("rewrite", "shadow", "ab")
 ENV_PREFIX = "CONTEXT_ENGINE_"
@@ -107,7 +105,12 @@ class Settings:
     profiles: tuple[Profile, ...] = field(
         default=(), metadata={"help": "model-name globs → rules and option overrides"})
     recall: RecallOptions = field(default_factory=RecallOptions,
-                                  metadata={"help": "the context_recall tool (proxy/recall/config.py)"})
+                                  metadata={"help": "the context_recall tool (proxy/engine/recall_options.py)"})
+
+    def build_rules(self, deps: RuleDeps, registry: Registry | None = None) -> list[Rule]:
+        """These settings' rules, built (``build_rules``): how the engine gets them without
+        importing this module, which imports the rules."""
+        return build_rules(self, deps, registry)
 
 
 SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings)
@@ -148,24 +151,7 @@ def _check_rule_name(name: str, source: str, registry: Registry) -> None:
 
 
 def build_rule_config(name: str, options: Mapping[str, Any], registry: Registry = REGISTRY) -> Any:
-    cls = registry[name].Config
-    valid = [f.name for f in dataclasses.fields(cls)]
-    clean = {}
-    for key, value in (options or {}).items():
-        if key not in valid:
-            raise ConfigError(
-                f"rule_options.{name}.{key}: unknown option; valid options: {', '.join(valid)}")
-        kind = field_type(cls, key)
-        if kind in (list, tuple, dict):
-            if not isinstance(value, kind if kind is not tuple else (list, tuple)):
-                raise ConfigError(f"rule_options.{name}.{key}: expected a {kind.__name__}")
-            clean[key] = tuple(value) if kind is tuple else value
-        else:
-            clean[key] = coerce(f"rule_options.{name}.{key}", value, kind)
-    try:
-        return cls(**clean)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"rule_options.{name}: {exc}") from None
+    return rule_config(name, registry[name].Config, options)
 
 
 def load_settings(

@@ -54,6 +54,7 @@ from context_engine.proxy.engine.messages import (
     SUMMARY_HEADER,
     is_injected,
     is_injected_ack,
+    is_instruction,
     last_user_index,
     media_refs,
     system_prefix_len,
@@ -102,7 +103,7 @@ class _Plan:
         # images, audio or files (the turn is kept).
         pins = set(pinned(messages, agent))
         self.units = [(s, e) for s, e in self.all_units[:-1] if not (s <= last_user < e)
-                      and messages[s].get("role") not in ("system", "developer")
+                      and not is_instruction(messages[s])
                       and not any(i in pins or media_refs(messages[i]) for i in range(s, e))]
 
     def drop_unit(self, s: int, e: int, kind: str) -> None:
@@ -116,7 +117,7 @@ class _Plan:
                 self.slots[before].get("role") == self.slots[after].get("role") == "user":
             return
         if s == self.first:  # the first message after the system prompt: check what follows
-            if after < n and self.slots[after].get("role") in ("system", "developer"):
+            if after < n and is_instruction(self.slots[after]):
                 return
             self.first = after
         for i in range(s, e):

@@ -44,8 +44,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.engine.originals import REFERENCE
 
-ORIG = re.compile(r"orig:[0-9a-f]{12}")
 TURN = re.compile(r"\[context-engine:recall\] turns from #(\d+)")
 
 
@@ -74,7 +74,7 @@ def decide(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     if not _offered(body):
         return "no recall offered", []
     if model in ("recall-id", "recall-fail"):
-        return None, [_call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]})]
+        return None, [_call("call_r1", "context_recall", {"id": "orig:" + REFERENCE.findall(text)[0]})]
     if model == "recall-turn":
         return None, [_call("call_r1", "context_recall", {"id": "#" + TURN.findall(text)[0]})]
     if model == "recall-unknown":
@@ -87,11 +87,11 @@ def decide(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     if model.startswith("recall-other:"):
         return None, [_call("call_r1", "context_recall", {"id": model.split(":", 1)[1]})]
     if model == "recall-mixed":
-        return None, [_call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]}),
+        return None, [_call("call_r1", "context_recall", {"id": "orig:" + REFERENCE.findall(text)[0]}),
                       _call("call_lookup1", "lookup", {"q": "y"})]
     if model == "lookup-then-recall":
         return None, [_call("call_lookup1", "lookup", {"q": "y"}),
-                      _call("call_r1", "context_recall", {"id": ORIG.findall(text)[0]})]
+                      _call("call_r1", "context_recall", {"id": "orig:" + REFERENCE.findall(text)[0]})]
     if model == "recall-huge":
         return None, [_call("call_r1", "context_recall", {"query": "sensor " * 800})]
     if model == "lookup-gated":

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from context_engine.proxy.adapters import ADAPTERS
-from context_engine.proxy.adapters.base import OPAQUE, SRC
-from context_engine.proxy.edge.jsonspan import array_spans, object_spans
+from context_engine.proxy.adapters.jsonspan import array_spans, object_spans
 from context_engine.proxy.engine.invariants import rewrite_problems
+from context_engine.proxy.engine.opaque import OPAQUE, SRC
 from tests.golden_cases import wire, wire_files
 
 GOLDEN = wire_files()

@@ -12,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from context_engine.proxy.billing.row_bill import row_bill
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.reporting.aggregate import cache_breaks, overall, row_bill
+from context_engine.proxy.reporting.aggregate import cache_breaks, overall
 from tests.fake_rules import NoConfig
 
 WORDS = ("harbour lantern quarry velvet orchid turbine meadow cobalt ember saffron "

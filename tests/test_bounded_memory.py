@@ -12,9 +12,9 @@ import uuid
 import httpx
 
 from context_engine.proxy.engine import tokens
-from context_engine.proxy.engine.memo import BoundedCache, memoize
 from context_engine.proxy.engine.tokens import TokenCounter, get_encoding
 from context_engine.proxy.recording.context_metrics import Oscillation
+from context_engine.proxy.store.memo import BoundedCache, memoize
 from context_engine.rules.fold_duplicates.patterns import normalize
 
 

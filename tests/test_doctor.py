@@ -77,3 +77,9 @@ def test_doctor_command_exits_non_zero_with_the_fix(tmp_path, capsys, mock):
     assert main([*args, "--ledger", str(tmp_path / "file" / "l.db"), "--offline"]) == 1
     out = capsys.readouterr().out
     assert "FAIL  ledger writable" in out and "fix: point ledger" in out and "1 check(s) failed" in out
+
+
+def test_store_check_shows_the_url_without_its_password(tmp_path):
+    settings = _settings(tmp_path, store="redis://:hunter2@127.0.0.1:1/0?password=hunter2")
+    check = doctor.check_store(settings)
+    assert not check.ok and "hunter2" not in check.detail and "127.0.0.1:1/0" in check.detail

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from context_engine.proxy.edge.exposure import check_exposure
-from context_engine.proxy.edge.sanitize import redact_url
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, load_settings
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -92,6 +92,8 @@ def test_dot_segments_with_parameters_are_refused(start_proxy, mock, path):
      "postgresql://db.internal:5432/ledger"),
     ("redis://:pw@cache:6379/0?socket_timeout=0.5", "redis://cache:6379/0"),
     ("https://user:key@api.example/v1?key=sk", "https://api.example/v1"),
+    ("rediss://u:pw@[::1]:6380/0#frag", "rediss://[::1]:6380/0"),
+    ("host=db sslpassword=x password = 'a b' dbname=l", "host=db sslpassword=*** password = *** dbname=l"),
     ("host=db.internal user=app password=pw dbname=ledger", "host=db.internal user=app password=*** dbname=ledger"),
     (".context-engine/ledger.db", ".context-engine/ledger.db"),
 ])

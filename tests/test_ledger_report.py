@@ -10,8 +10,9 @@ import sys
 import pytest
 
 from context_engine.proxy.billing.pricing import price_for
+from context_engine.proxy.billing.row_bill import row_costs
 from context_engine.proxy.recording.ledger import Ledger, LedgerRow, read_rows
-from context_engine.proxy.reporting.aggregate import row_costs, totals_by
+from context_engine.proxy.reporting.aggregate import totals_by
 from context_engine.proxy.reporting.report import parse_since
 from tests.fake_rules import DropOldAssistant
 

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
-from context_engine.proxy.edge.sanitize import MAX_MODEL_CHARS
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recording.tracing import make_tracer
+from context_engine.proxy.sanitize import MAX_MODEL_CHARS
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 

@@ -10,9 +10,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from context_engine.proxy.billing.row_bill import row_costs
 from context_engine.proxy.engine import modes
 from context_engine.proxy.reporting.ab_compare import compare
-from context_engine.proxy.reporting.aggregate import row_costs
 from context_engine.proxy.reporting.report import build, to_csv
 from tests.fake_rules import DropOldAssistant
 

@@ -11,12 +11,12 @@ import os
 import httpx
 import pytest
 
+from context_engine.proxy.adapters.jsonspan import object_spans
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.edge.app import create_app
-from context_engine.proxy.edge.jsonspan import object_spans
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.originals import keep_original, stored_original
-from context_engine.proxy.recall.resolve import RecallScope, resolve
+from context_engine.proxy.engine.recall_resolve import RecallScope, resolve
 from context_engine.proxy.reporting import report
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import DiskStore, MemoryStore
@@ -292,7 +292,7 @@ def test_a_folded_repeat_hides_nothing_and_offers_no_tool(proxy, up):
 
 
 def test_a_repeat_whose_first_copy_left_is_still_a_gap():
-    from context_engine.proxy.recall.marks import align
+    from context_engine.proxy.engine.recall_marks import align
 
     said = "The locker code is 4417; the spare key is with the porter. " * 5
     original = [{"role": "system", "content": "s"}, {"role": "user", "content": "Code?"},
@@ -377,7 +377,7 @@ def test_the_recalled_text_of_one_request_is_bounded(proxy, up):
 
 def test_calls_are_resolved_in_the_request_lane_with_one_index_per_request():
     from context_engine.proxy.engine.lanes import RequestLane
-    from context_engine.proxy.recall.resolve import resolve_calls
+    from context_engine.proxy.engine.recall_resolve import resolve_calls
 
     threads: list[str] = []
 

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from context_engine.proxy.edge.jsonspan import object_spans
+from context_engine.proxy.adapters.jsonspan import object_spans
 from context_engine.proxy.recall.wire_anthropic import ANTHROPIC as ANTHROPIC_WIRE
 from context_engine.proxy.recall.wire_anthropic import TOOL as ANTHROPIC_TOOL
 from context_engine.proxy.recall.wire_responses import RESPONSES as RESPONSES_WIRE

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from context_engine.proxy.edge.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 from context_engine.proxy.edge.upstream import BadPath, Upstream, request_headers
+from context_engine.proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
 
 BASE = "http://upstream.test/api/v1"
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from context_engine.proxy.adapters import anthropic, chat, responses
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.errors import ProxyError
+from context_engine.proxy.errors import ProxyError
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,6 @@ from typing import Any
 
 from context_engine.proxy.adapters.anthropic_turns import Out, valid_turns
 from context_engine.proxy.adapters.base import (
-    OPAQUE,
-    PLACEHOLDER,
-    SRC,
     Container,
     Group,
     Parsed,
@@ -35,15 +32,16 @@ from context_engine.proxy.adapters.base import (
     plain_text,
     rebuild_units,
 )
-from context_engine.proxy.adapters.memo import TranslationMemo
-from context_engine.proxy.edge.errors import BadRequest, ProxyError, anthropic_body
-from context_engine.proxy.edge.jsonspan import (
+from context_engine.proxy.adapters.jsonspan import (
     array_spans,
     decode_request,
     replace_spans,
     value_start,
 )
+from context_engine.proxy.adapters.memo import TranslationMemo
+from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.prefix import MARK
+from context_engine.proxy.errors import BadRequest, ProxyError, anthropic_body
 
 CONTENT = {"text", "image", "document", "search_result"}
 # block type -> unit kind, per role (anything else is opaque)

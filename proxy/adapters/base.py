@@ -23,9 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-SRC = "_ce_src"
-OPAQUE = "_ce_opaque"
-PLACEHOLDER = {"type": "opaque", "text": ""}  # content of a message holding only opaque units
+from context_engine.proxy.engine.opaque import SRC
+
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))

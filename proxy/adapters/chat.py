@@ -1,12 +1,12 @@
-"""Chat Completions: the neutral form itself; ``context_engine.proxy.edge.body`` parses and splices it."""
+"""Chat Completions: the neutral form itself; ``context_engine.proxy.adapters.body`` parses and splices it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.body import ParsedBody, parse_body, splice
-from context_engine.proxy.edge.errors import ProxyError
+from context_engine.proxy.adapters.body import ParsedBody, parse_body, splice
+from context_engine.proxy.errors import ProxyError
 
 
 def _splicer(body: ParsedBody, raw: bytes) -> Any:

@@ -21,7 +21,7 @@ import json
 import re
 from typing import Any
 
-from context_engine.proxy.engine.memo import BoundedCache
+from context_engine.proxy.store.memo import BoundedCache
 
 KEY = 1024  # characters; shorter arrays are cheap to translate and are not kept
 PER_KEY = 4  # conversations that start alike (the same long first item) share a key

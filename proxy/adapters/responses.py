@@ -16,9 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from context_engine.proxy.adapters.base import (
-    OPAQUE,
-    PLACEHOLDER,
-    SRC,
     Container,
     Group,
     Parsed,
@@ -30,9 +27,10 @@ from context_engine.proxy.adapters.base import (
     plain_text,
     rebuild_units,
 )
+from context_engine.proxy.adapters.jsonspan import array_spans, decode_request, replace_spans
 from context_engine.proxy.adapters.memo import TranslationMemo
-from context_engine.proxy.edge.errors import BadRequest, ProxyError
-from context_engine.proxy.edge.jsonspan import array_spans, decode_request, replace_spans
+from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
+from context_engine.proxy.errors import BadRequest, ProxyError
 
 CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 RESULTS = {"function_call_output", "custom_tool_call_output"}

@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
-from context_engine.proxy.reporting.aggregate import row_bill
+from context_engine.proxy.billing.row_bill import row_bill
 
 Label = Callable[[str, Any], str]  # (label name, value) -> the value exported
 

@@ -22,7 +22,6 @@ from context_engine.proxy import __version__
 from context_engine.proxy.adapters import ANTHROPIC, RESPONSES
 from context_engine.proxy.edge import shutdown
 from context_engine.proxy.edge.chat import ChatCompletions
-from context_engine.proxy.edge.errors import error_json, speaks_anthropic
 from context_engine.proxy.edge.exposure import (
     ClientTokens,
     HostCheck,
@@ -37,16 +36,17 @@ from context_engine.proxy.edge.intake import Intake
 from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.relay import quiet_server_aborts
-from context_engine.proxy.edge.sanitize import redact_url
 from context_engine.proxy.edge.tags import TagPrefix
 from context_engine.proxy.edge.upstream import Upstream
 from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.errors import error_json, speaks_anthropic
 from context_engine.proxy.recording.finish import Finisher
 from context_engine.proxy.recording.ledger import Ledger
 from context_engine.proxy.recording.metrics import Metrics
 from context_engine.proxy.reporting.dashboard import dashboard_html
 from context_engine.proxy.reporting.report import parse_since
 from context_engine.proxy.reporting.stats import FLUSH_WAIT, stats_after_flush
+from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, Settings
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]

@@ -18,11 +18,9 @@ from starlette.responses import Response
 
 from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
 from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
 from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.relay import relay
-from context_engine.proxy.edge.sanitize import model_name
 from context_engine.proxy.edge.tags import tags
 from context_engine.proxy.edge.upstream import (
     Upstream,
@@ -34,12 +32,14 @@ from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
+from context_engine.proxy.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
 from context_engine.proxy.recall.loop import Recall, answer
 from context_engine.proxy.recall.stream import RecallStream, readable
 from context_engine.proxy.recall.tool import tool_tokens
 from context_engine.proxy.recall.wires import WIRES
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.sanitize import model_name
 from context_engine.proxy.settings import Settings
 
 log = logging.getLogger("context_engine.chat")

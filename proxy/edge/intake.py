@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from context_engine.proxy.edge.errors import BodyTimeout, BodyTooLarge, ServerBusy
+from context_engine.proxy.errors import BodyTimeout, BodyTooLarge, ServerBusy
 
 T = TypeVar("T")
 OFFLOAD_BYTES = 64 * 1024  # bodies from this size on are handled in a thread

@@ -22,8 +22,8 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from context_engine.proxy.edge.errors import BadRequest, UpstreamTimeout, UpstreamUnreachable
 from context_engine.proxy.edge.reconnect import Attempt, send_again
+from context_engine.proxy.errors import BadRequest, UpstreamTimeout, UpstreamUnreachable
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",

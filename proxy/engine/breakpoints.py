@@ -26,7 +26,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
-from context_engine.proxy.engine.messages import closed_prefix_end
+from context_engine.proxy.engine.messages import closed_prefix_end, is_instruction
 from context_engine.proxy.engine.prefix import MARK, digest, has_mark
 
 AUTO_MARK = {"type": "ephemeral"}
@@ -197,7 +197,7 @@ def restore(original: list[Any], rewritten: list[Any], auto: bool = False,
 
 def _auto(messages: list[Any], window: int, block: int) -> dict[Spot, Any]:
     want: dict[Spot, Any] = {}
-    systems = [k for k, m in enumerate(messages) if m.get("role") in ("system", "developer")]
+    systems = [k for k, m in enumerate(messages) if is_instruction(m)]
     if systems:
         want[_last_spot(systems[-1], messages[systems[-1]], True)] = dict(AUTO_MARK)
     end = closed_prefix_end(messages, window, block)

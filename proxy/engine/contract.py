@@ -17,7 +17,7 @@ start-up. The core imports no rule module: rules plug in through the registry
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,6 +64,11 @@ class Rule(Protocol):
     def __init__(self, config: Any, deps: RuleDeps) -> None: ...
 
     async def apply(self, ctx: RequestContext) -> RequestContext: ...
+
+
+
+
+Registry = Mapping[str, type[Rule]]  # rule name → class (``context_engine.rules.REGISTRY``)
 
 
 @runtime_checkable

@@ -11,12 +11,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from context_engine.proxy.engine import profiles
 from context_engine.proxy.engine.breakpoints import restore
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.contract import Embedder, Prefetching, Rule, RuleDeps
+from context_engine.proxy.engine.contract import Embedder, Prefetching, Registry, Rule, RuleDeps
 from context_engine.proxy.engine.lanes import (
     BackgroundLane,
     LaneClosed,
@@ -25,11 +25,13 @@ from context_engine.proxy.engine.lanes import (
 )
 from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
+from context_engine.proxy.engine.recall_state import RecallState, apply_recall
 from context_engine.proxy.engine.sessions import session_kind
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
-from context_engine.proxy.recall.session import RecallState, apply_recall
-from context_engine.proxy.settings import Registry, Settings, build_rules
 from context_engine.proxy.store.stores import Store, open_store
+
+if TYPE_CHECKING:  # the settings import the rules, which import the engine
+    from context_engine.proxy.settings import Settings
 
 log = logging.getLogger("context_engine.engine")
 ESTIMATE_CHARS = 256 * 1024  # text above which a failed-open request's tokens are estimated
@@ -50,11 +52,11 @@ class Engine:
         self.store = store if store is not None else open_store(settings.store, settings.store_ttl_days * 86400)
         self.deps = RuleDeps(store=self.store, embedder=embedder)
         self.stats = PipelineStats()
-        self.pipeline = Pipeline(rules if rules is not None else build_rules(settings, self.deps, registry),
+        self.pipeline = Pipeline(rules if rules is not None else settings.build_rules(self.deps, registry),
                                  self.stats)
         # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
         self.pipelines = {"default": self.pipeline, "off": Pipeline([], self.stats)} | ({} if rules is not None else {
-            name: Pipeline(build_rules(s, self.deps, registry), self.stats)
+            name: Pipeline(s.build_rules(self.deps, registry), self.stats)
             for name, s in profiles.variants(settings).items()})
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)

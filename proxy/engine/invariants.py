@@ -13,15 +13,15 @@
 - pinned messages (``proxy/engine/sessions.py``) are kept: the first user message (the
   task) byte-identical, with no later client message moved before it, and in an agent session every instruction (a user
   message that is not a harness's observation) byte-identical and in order.
-- opaque items (reasoning, thinking, compaction…) stay intact: ``context_engine.proxy.adapters.opaque``.
+- opaque items (reasoning, thinking, compaction…) stay intact: ``context_engine.proxy.engine.opaque``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.adapters.opaque import opaque_problems
-from context_engine.proxy.engine.messages import media_refs, text_of
+from context_engine.proxy.engine.messages import is_instruction, media_refs, text_of
+from context_engine.proxy.engine.opaque import opaque_problems
 from context_engine.proxy.engine.sessions import first_user_index, pinned
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -80,7 +80,7 @@ def _last_user(messages: list[Any]) -> Any:
 
 
 def _instructions(messages: list[Any]) -> list[Any]:
-    return [m for m in messages if isinstance(m, dict) and m.get("role") in ("system", "developer")]
+    return [m for m in messages if is_instruction(m)]
 
 
 def _system_kept(before: dict[str, Any], after: dict[str, Any], zone_line: str | None) -> bool:
@@ -94,9 +94,8 @@ def _system_kept(before: dict[str, Any], after: dict[str, Any], zone_line: str |
 
 def _system_problems(original: list[Any], rewritten: list[Any], zone_line: str | None) -> list[str]:
     before, after = _instructions(original), _instructions(rewritten)
-    leading = isinstance(original[0], dict) and original[0].get("role") in ("system", "developer")
-    if leading and not (rewritten and isinstance(rewritten[0], dict)
-                        and rewritten[0].get("role") in ("system", "developer")):
+    leading = is_instruction(original[0])
+    if leading and not (rewritten and is_instruction(rewritten[0])):
         return ["the system prompt was changed"]
     if len(before) != len(after) or not all(
             _system_kept(b, a, zone_line if i == 0 and leading else None)

@@ -31,10 +31,18 @@ def last_user_index(messages: list[Any]) -> int:
     return -1
 
 
+INSTRUCTION_ROLES = ("system", "developer")  # Chat's two names for the client's instructions
+
+
+def is_instruction(m: Any) -> bool:
+    """Whether ``m`` is a system or developer prompt (the client's instructions)."""
+    return isinstance(m, dict) and m.get("role") in INSTRUCTION_ROLES
+
+
 def system_prefix_len(messages: list[Any]) -> int:
     """How many leading messages are system/developer prompts."""
     n = 0
-    while n < len(messages) and messages[n].get("role") in ("system", "developer"):
+    while n < len(messages) and is_instruction(messages[n]):
         n += 1
     return n
 

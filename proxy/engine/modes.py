@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from context_engine.proxy.edge.errors import BadRequest
+from context_engine.proxy.errors import BadRequest
 
 HEADER = "x-context-engine-mode"
 MODES = ("rewrite", "shadow", "ab")

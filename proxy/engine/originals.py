@@ -19,7 +19,13 @@ import re
 from context_engine.proxy.store.stores import Store
 
 PREFIX = "orig:"
-REFERENCE = re.compile(r"orig:[0-9a-f]{12}")
+REFERENCE = re.compile(r"orig:([0-9a-f]{12})(?![0-9a-f])")  # group 1: the id
+
+
+def reference_id(text: str) -> str | None:
+    """The id that ``orig:<id>`` or a bare ``<id>`` names; None for anything else."""
+    found = REFERENCE.fullmatch(text if text.startswith(PREFIX) else PREFIX + text)
+    return found.group(1) if found else None
 
 
 def original_id(content: str) -> str:

@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from context_engine.proxy.engine.memo import BoundedCache
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.store.memo import BoundedCache
 
 MARK = "cache_control"
 

@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from context_engine.proxy.engine.messages import text_of
+from context_engine.proxy.engine.messages import INSTRUCTION_ROLES, text_of
 
 HEADER = "x-session-id"
 
@@ -46,7 +46,7 @@ def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes) -> s
     given = headers.get(HEADER, "").strip()
     if given:
         return f"{given[:200]}~{caller}"
-    blob = json.dumps([caller, _first(messages, ("system", "developer")),
+    blob = json.dumps([caller, _first(messages, INSTRUCTION_ROLES),
                        _first(messages, ("user",))], ensure_ascii=False)
     return "s-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.engine.messages import is_injected, text_of
+from context_engine.proxy.engine.messages import is_injected, is_instruction, text_of
 
 KINDS = ("auto", "chat", "agent")
 AGENT, CHAT = "agent", "chat"
@@ -79,7 +79,7 @@ def pinned(messages: list[Any], agent: bool) -> list[int]:
         if not isinstance(m, dict):
             continue
         role = m.get("role")
-        if role in ("system", "developer") or i == first or (
+        if is_instruction(m) or i == first or (
                 agent and role == "user" and i not in seen and not is_injected(m)):
             out.append(i)
     return out
@@ -91,6 +91,5 @@ def pinned_prefix_len(messages: list[Any]) -> int:
     and the task). The system prefix alone when there is no user message."""
     first = first_user_index(messages)
     if first < 0:
-        return next((i for i, m in enumerate(messages) if not isinstance(m, dict)
-                     or m.get("role") not in ("system", "developer")), len(messages))
+        return next((i for i, m in enumerate(messages) if not is_instruction(m)), len(messages))
     return first + 1

@@ -24,8 +24,8 @@ from typing import Any
 
 import tiktoken
 
-from context_engine.proxy.engine.memo import SHORT, BoundedCache
 from context_engine.proxy.engine.types import Message
+from context_engine.proxy.store.memo import SHORT, BoundedCache
 
 DEFAULT_ENCODING = "o200k_base"
 PER_MESSAGE = 3

@@ -24,6 +24,7 @@ import httpx
 from context_engine.proxy.edge.tags import tag_prefix
 from context_engine.proxy.launcher import background
 from context_engine.proxy.launcher.agents import AGENTS, OPENAI, Launch, generic_env, launch
+from context_engine.proxy.sanitize import redact_url
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -58,7 +59,7 @@ def run(command: list[str], upstream: str | None = None, config: str | None = No
         raise background.LaunchError(f"{command[0]} is not installed or not on PATH{hint}")
     proxy, started = background.ensure(upstream or default_upstream, background.state_dir(), config)
     say(f"{'started' if started else 'using'} the proxy at {proxy.url} (pid {proxy.pid}) → "
-        f"{proxy.upstream}; {tag} in {project}")
+        f"{redact_url(proxy.upstream)}; {tag} in {project}")
     if config and not started:
         say("--config applies when the proxy starts: `context-engine stop` first to use it")
     base = proxy.url + tag_prefix(tag, project)
@@ -163,5 +164,5 @@ def stop_main() -> int:
     if not stopped:
         say("no proxy is running")
     for proxy in stopped:
-        say(f"stopped the proxy at {proxy.url} (pid {proxy.pid}) → {proxy.upstream}")
+        say(f"stopped the proxy at {proxy.url} (pid {proxy.pid}) → {redact_url(proxy.upstream)}")
     return 0

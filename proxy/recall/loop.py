@@ -4,7 +4,7 @@ The same loop serves the three APIs; what differs (where the calls are, the foll
 the stream's events) is the request's ``recall.wire.Wire``.
 
 When the upstream's reply calls ``context_recall``, the proxy resolves the calls from the
-caller's own session (``recall.resolve``: in the request lane, at most
+caller's own session (``engine/recall_resolve.py``: in the request lane, at most
 ``recall.max_calls`` per reply, ``recall.max_total_chars`` of text per request), appends the assistant's recall calls and their
 results to what it sent, and asks again, at most ``recall.max_rounds`` times; the last
 follow-up goes without the tool, so its reply cannot call it again. A reply that mixes
@@ -35,14 +35,14 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from context_engine.proxy.edge.errors import ProxyError, UpstreamBroken, error_response
+from context_engine.proxy.adapters.jsonspan import object_spans, replace_spans
 from context_engine.proxy.edge.intake import off_loop
-from context_engine.proxy.edge.jsonspan import object_spans, replace_spans
 from context_engine.proxy.edge.relay import Done, fault
 from context_engine.proxy.edge.upstream import Upstream, response_headers
 from context_engine.proxy.edge.usage_tap import Usage, UsageTap
 from context_engine.proxy.engine.lanes import RequestLane
-from context_engine.proxy.recall.resolve import RecallScope, resolve_calls
+from context_engine.proxy.engine.recall_resolve import RecallScope, resolve_calls
+from context_engine.proxy.errors import ProxyError, UpstreamBroken, error_response
 from context_engine.proxy.recall.tool import CHAT
 from context_engine.proxy.recall.wire import Round, Turn, Wire, sum_counts
 

@@ -14,8 +14,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.recall.resolve import TOOL_NAME
 from context_engine.proxy.recall.wire import (
     DESCRIPTION,
     PARAMETERS,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_engine.proxy.edge.jsonspan import object_spans
-from context_engine.proxy.recall.resolve import TOOL_NAME
+from context_engine.proxy.adapters.jsonspan import object_spans
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 
 DESCRIPTION = ("Return text the context proxy shortened or left out of this conversation: "
                "pass the id a marker names (orig:<id>, or #n for turn n), or a query to "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.recall.resolve import TOOL_NAME
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 from context_engine.proxy.recall.wire import (
     DESCRIPTION,
     PARAMETERS,

@@ -19,10 +19,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from context_engine.proxy.billing.estimate import BillEstimator
-from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
 from context_engine.proxy.recording.context_metrics import (
@@ -34,6 +33,18 @@ from context_engine.proxy.recording.context_metrics import (
 from context_engine.proxy.recording.ledger import Ledger, LedgerRow
 
 log = logging.getLogger("context_engine.finish")
+
+
+class Answer(Protocol):
+    """What finishing reads of the response (``edge/usage_tap.py``'s ``Usage`` is one)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def notes(self) -> list[str]: ...
+
+
 MAX_SHADOW_BACKLOG = 256  # shadow rewrites waiting for the rules thread; beyond it, skipped
 MAX_MEASURE_BACKLOG = 64  # rows waiting to be measured; beyond it, recorded unmeasured
 MAX_MEASURE_BYTES = 64 * 1024 * 1024  # request body bytes those rows may hold
@@ -86,7 +97,7 @@ class Finisher:
         self.unfinished += 1
 
     def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                 usage: Usage, shadow: bool, size: int = 0) -> None:
+                 usage: Answer, shadow: bool, size: int = 0) -> None:
         """Finish ``row`` after the response; ``size`` is its request body's length."""
         measure = self.measure_backlog < self.max_measure_backlog and \
             (self.measure_bytes == 0 or self.measure_bytes + size <= self.max_measure_bytes)
@@ -109,7 +120,7 @@ class Finisher:
         self._scheduled.set()
 
     async def _finish(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                      usage: Usage, shadow: bool, size: int) -> None:
+                      usage: Answer, shadow: bool, size: int) -> None:
         try:
             if shadow:
                 try:
@@ -143,7 +154,7 @@ class Finisher:
             self.unfinished -= 1
 
     def _measure(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                 usage: Usage) -> None:
+                 usage: Answer) -> None:
         """Context metrics and the bill estimate (the finishing thread)."""
         try:
             messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]

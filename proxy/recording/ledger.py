@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from context_engine.proxy.edge.sanitize import clean_value, redact_url
 from context_engine.proxy.recording.ledger_writer import TABLE, RowWriter
+from context_engine.proxy.sanitize import clean_value
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -135,7 +135,6 @@ def ledger_kind(url: str) -> str:
     raise ValueError(f"{m.group(1)}:// is not a ledger; use a SQLite file path or postgresql://…")
 
 
-redact = redact_url  # the one URL/DSN redaction (ledger_pg's messages)
 
 
 def sqlite_path(url: str) -> str:

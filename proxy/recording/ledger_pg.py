@@ -18,8 +18,9 @@ import socket
 import threading
 from typing import Any
 
-from context_engine.proxy.recording.ledger import COLUMNS, LedgerRow, redact
+from context_engine.proxy.recording.ledger import COLUMNS, LedgerRow
 from context_engine.proxy.recording.ledger_writer import TABLE
+from context_engine.proxy.sanitize import redact_url
 
 MIGRATION_LOCK = 0x6C656467  # pg_advisory_xact_lock key: one replica migrates at a time
 # A dead peer (a host gone, a half-open connection) breaks the connection within seconds:
@@ -81,14 +82,14 @@ def connect(url: str, timeout: float = 5.0, schema: bool = True) -> Any:
     try:
         conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)), autocommit=True, **KEEPALIVE)
     except psycopg.Error as exc:
-        raise ValueError(f"cannot connect to {redact(url)}: {str(exc).strip()}") from None
+        raise ValueError(f"cannot connect to {redact_url(url)}: {str(exc).strip()}") from None
     if not schema:
         return conn
     try:
         migrate(conn)
     except psycopg.Error as exc:
         conn.close()
-        raise ValueError(f"cannot prepare the ledger table at {redact(url)}: {str(exc).strip()}") from None
+        raise ValueError(f"cannot prepare the ledger table at {redact_url(url)}: {str(exc).strip()}") from None
     return conn
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from context_engine.proxy.billing.metrics import BillMetrics
-from context_engine.proxy.edge.sanitize import clean_text
 from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.sanitize import clean_text
 
 MS_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 250, 1000)
 UPSTREAM_BUCKETS = (10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from context_engine.proxy.edge.sanitize import MAX_MODEL_CHARS
 from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.sanitize import MAX_MODEL_CHARS
 
 log = logging.getLogger("context_engine.tracing")
 SCOPE = "context_engine"

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from context_engine.proxy.reporting.aggregate import row_costs
+from context_engine.proxy.billing.row_bill import row_costs
 
 ARMS = ("rewrite", "passthrough")
 

@@ -1,7 +1,7 @@
 """``context-engine report``: the bill before and after, from the ledger.
 
 ``--by model|rule|session|day|api|replica``, ``--format table|json|csv``; the A/B comparison is
-added when the ledger holds ``ab`` rows. See ``proxy/reporting/aggregate.py`` for the cost model:
+added when the ledger holds ``ab`` rows. See ``proxy/billing/row_bill.py`` for the cost model:
 the original cost is an *estimate* (counterfactual cache use) or *billed*; the actual
 cost is always *billed*.
 """

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from context_engine.proxy.engine.memo import BoundedCache
+from context_engine.proxy.store.memo import BoundedCache
 from context_engine.proxy.store.stores import Store, StoreUnavailable
 
 log = logging.getLogger("context_engine.store")

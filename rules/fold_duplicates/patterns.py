@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from context_engine.proxy.engine.memo import memoize
 from context_engine.proxy.engine.messages import made_of
+from context_engine.proxy.store.memo import memoize
 from context_engine.rules.acknowledgements import ACK_PHRASES
 
 # Punctuation that only decorates text: quotes and brackets around a word, sentence marks

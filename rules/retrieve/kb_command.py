@@ -7,15 +7,20 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
+from context_engine.proxy.config_values import rule_config
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.settings import Settings, build_rule_config
 from context_engine.proxy.store.stores import open_store
+from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.knowledge_base import clauses, statuses
 from context_engine.rules.retrieve.rule import Retrieve
 from context_engine.rules.retrieve.search import render
+
+if TYPE_CHECKING:  # the settings import the rules
+    from context_engine.proxy.settings import Settings
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -23,7 +28,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     embedded into the configured store, and optionally a trial search."""
     options = dict(settings.rule_options.get("retrieve", {}))
     options.update({k: v for k, v in (("knowledge_dir", args.dir), ("knowledge_date", args.date)) if v})
-    config = build_rule_config("retrieve", options)
+    config = rule_config("retrieve", RetrieveConfig, options)
     folder = config.knowledge_dir
     if not folder or not os.path.isdir(folder):
         print(f"context-engine kb: no knowledge folder {folder!r}: set "

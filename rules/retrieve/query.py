@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 
-from context_engine.proxy.engine.memo import memoize
 from context_engine.proxy.engine.messages import SPEAKER
+from context_engine.proxy.store.memo import memoize
 from context_engine.rules.acknowledgements import is_acknowledgement
 
 _WORD = re.compile(r"[A-Za-z0-9_@.\-/:]+|[\u3400-\u9fff\uf900-\ufaff]+")

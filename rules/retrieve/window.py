@@ -16,6 +16,7 @@ from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.messages import (
     closed_block_count,
     is_injected_ack,
+    is_instruction,
     is_summary,
     last_user_index,
     media_refs,
@@ -92,7 +93,7 @@ class Tail:
         never meet), and tool-call units if configured."""
         task = first_user_index(msgs)
         keep = {i for i in range(head, cut) if is_summary(msgs[i]) or i == task
-                or msgs[i].get("role") in ("system", "developer")}
+                or is_instruction(msgs[i])}
         keep |= {i + 1 for i in keep if i + 1 < cut and is_injected_ack(msgs, i + 1)}
         spans = units(msgs[:cut], head)
         for k, (b, e) in enumerate(spans):

@@ -60,6 +60,7 @@ from context_engine.proxy.engine.messages import (
     closed_block_count,
     fingerprint,
     is_injected_ack,
+    is_instruction,
     last_user_index,
     media_refs,
     separate_users,
@@ -212,7 +213,7 @@ class Summarize:
 
     def _summary_bytes(self, block: list[Any], llm: Slots | None,
                        counter: TokenCounter) -> bytes:
-        if any(_is_system(m) or media_refs(m) for m in block):
+        if any(is_instruction(m) or media_refs(m) for m in block):
             return RAW  # an instruction, or an image/audio/file: the block is kept as sent
         chars = sum(len(text_of(m)) for m in block)
         budget = max(self.config.min_chars, int(chars * self.config.max_ratio))
@@ -241,10 +242,6 @@ def _at_least(counter: TokenCounter, msgs: list[Any], tokens: int) -> bool:
             return True
         total += counter.message(m)
     return total >= tokens
-
-
-def _is_system(m: Any) -> bool:
-    return m.get("role") in ("system", "developer")
 
 
 def _block_output(block: list[Any], summary: str) -> list[Any]:

@@ -24,7 +24,7 @@ import json
 import sys
 from typing import Any
 
-from context_engine.proxy.engine.memo import BoundedCache
+from context_engine.proxy.store.memo import BoundedCache
 from context_engine.rules.tool_json.compact import CompactOptions, parse_container, prune, render
 
 DIFF_REF = "[changed fields of the result of tool call {id} above ({key}: {value}); every other " \

@@ -87,9 +87,9 @@ from typing import Any, cast
 
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps, option
-from context_engine.proxy.engine.memo import BoundedCache
 from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.store.memo import BoundedCache
 from context_engine.rules.tool_json.compact import CompactOptions, compact, parse_container
 from context_engine.rules.tool_json.line_repeats import LineRepeats
 from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends, tool_names

@@ -85,6 +85,7 @@ from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
+    is_instruction,
     last_user_index,
     system_prefix_len,
 )
@@ -239,7 +240,7 @@ def _wrap_parts(parts: list[Any], zone: str, marker: str) -> tuple[list[Any], in
 
 def _add_line(out: list[Any], line: str) -> bool:
     """Append ``"\\n\\n" + line`` to the first system message; whether it now ends so."""
-    if not out or out[0].get("role") not in ("system", "developer"):
+    if not out or not is_instruction(out[0]):
         return False
     content = out[0].get("content")
     if not isinstance(content, str):

@@ -49,6 +49,7 @@ def test_percentiles_and_median_on_known_values():
     assert median(values) == 50.5
     assert percentile(values, 95) == 95.0
     assert percentile([3.0], 95) == 3.0
+    assert percentile(values[:20], 95) == 19.0  # nearest rank: of 20 samples, not the maximum
     assert median([]) is None and percentile([], 50) is None
 
 

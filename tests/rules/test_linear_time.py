@@ -108,7 +108,7 @@ def patterns() -> list[tuple[str, re.Pattern[str]]]:
 
 def test_the_patterns_checked_include_every_module_of_the_rules_and_the_proxy():
     checked = {name.rsplit(".", 1)[0] for name, _ in patterns()}
-    assert {"context_engine.proxy.recall.marks", "context_engine.rules.tool_json.line_repeats",
+    assert {"context_engine.proxy.engine.recall_marks", "context_engine.rules.tool_json.line_repeats",
             "context_engine.rules.fold_duplicates.patterns"} <= checked
 
 

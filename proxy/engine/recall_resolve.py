@@ -27,12 +27,11 @@ from typing import Any, cast
 from rank_bm25 import BM25Okapi
 
 from context_engine.proxy.engine.lanes import RequestLane
-from context_engine.proxy.engine.messages import text_of
-from context_engine.proxy.engine.originals import original_id, stored_original
+from context_engine.proxy.engine.messages import is_instruction, text_of
+from context_engine.proxy.engine.originals import original_id, reference_id, stored_original
 from context_engine.proxy.store.stores import Store, StoreUnavailable
 
 TOOL_NAME = "context_recall"
-_ORIG = re.compile(r"^(?:orig:)?([0-9a-f]{12})$")
 _TURNS = re.compile(r"^#?(\d{1,7})(?:\s*-\s*#?(\d{1,7}))?$")
 QUERY_HITS = 6
 _WORDS = re.compile(r"[^\W\d_]+|\d+")
@@ -94,7 +93,7 @@ class Index:
     @staticmethod
     def build(scope: RecallScope) -> Index:
         pool = scope.hidden or [i for i, m in enumerate(scope.original)
-                                if isinstance(m, dict) and m.get("role") not in ("system", "developer")]
+                                if isinstance(m, dict) and not is_instruction(m)]
         docs = [terms(render_turn(scope.original, i)) for i in pool]
         return Index(pool, BM25Okapi([d or [""] for d in docs]) if any(docs) else None)
 
@@ -160,9 +159,9 @@ def _arguments(arguments: Any) -> dict[str, Any]:
 
 
 def _by_id(scope: RecallScope, ident: str) -> str | None:
-    found = _ORIG.match(ident.lower())
+    found = reference_id(ident.lower())
     if found:
-        return _original(scope, found.group(1))
+        return _original(scope, found)
     turns = _TURNS.match(ident)
     if turns is None:
         return None

@@ -1,6 +1,6 @@
 """A session's recall state, decided with each rewrite (``Engine.rewrite``).
 
-After the rules, ``recall.marks`` marks every lossy spot. The first lossy rewrite of a
+After the rules, ``recall_marks`` marks every lossy spot. The first lossy rewrite of a
 session turns the ``context_recall`` tool on for it (store key ``recall:on:<session>``),
 and every later request of the session offers the tool too, lossy or not, so the tools
 prefix stays the same for prompt caching; with a disk or Redis store that survives
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.pipeline import PipelineResult
+from context_engine.proxy.engine.recall_marks import mark
+from context_engine.proxy.engine.recall_options import RecallOptions
+from context_engine.proxy.engine.recall_resolve import RecallScope
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.recall.config import RecallOptions
-from context_engine.proxy.recall.marks import mark
-from context_engine.proxy.recall.resolve import RecallScope
 from context_engine.proxy.store.stores import Store, StoreUnavailable
 
 log = logging.getLogger("context_engine.recall")

@@ -25,15 +25,13 @@ so the same request gives the same bytes (prompt caching).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from context_engine.proxy.engine.messages import INJECTED_ACK, REPEAT_REF, is_injected, text_of
-from context_engine.proxy.engine.originals import original_id
+from context_engine.proxy.engine.originals import REFERENCE, original_id
 
 RECALL_HEADER = "[context-engine:recall]"
-ORIG = re.compile(r"orig:([0-9a-f]{12})(?![0-9a-f])")
 WITH_TOOL = " (context_recall)"
 WITHOUT_TOOL = " (no recall tool here)"
 
@@ -118,8 +116,8 @@ def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: in
         before = original[matched[i]] if i in matched else None
         if before is not None and before.get("content") == content:
             continue  # the client's own text
-        known = set(ORIG.findall(text_of(before))) if before is not None else set()
-        found = [h for h in ORIG.findall(content) if h not in known and client.emitted(h)]
+        known = set(REFERENCE.findall(text_of(before))) if before is not None else set()
+        found = [h for h in REFERENCE.findall(content) if h not in known and client.emitted(h)]
         if not found:
             continue
         ids += ["orig:" + h for h in found if "orig:" + h not in ids]
@@ -147,7 +145,7 @@ class _ClientIds:
         name it, or it is the id of content the client sent in this request."""
         if self._named is None:
             texts = (text_of(m) for m in self.original if isinstance(m, dict))
-            self._named = {h for t in texts if "orig:" in t for h in ORIG.findall(t)}
+            self._named = {h for t in texts if "orig:" in t for h in REFERENCE.findall(t)}
         if digest not in self._named:
             return True
         if self._held is None:
@@ -157,7 +155,7 @@ class _ClientIds:
 
 
 def _suffixed(content: str, found: set[str], suffix: str) -> str:
-    return ORIG.sub(lambda g: g.group(0) + suffix if g.group(1) in found else g.group(0), content)
+    return REFERENCE.sub(lambda g: g.group(0) + suffix if g.group(1) in found else g.group(0), content)
 
 
 def _turns_line(turns: tuple[int, int], tools_on: bool) -> str:

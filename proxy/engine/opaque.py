@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.adapters.base import OPAQUE, SRC
+# Keys an adapter adds to a neutral message: the wire container it came from, and the
+# items in it the rules must not touch (``proxy/adapters/base.py`` explains both).
+SRC = "_ce_src"
+OPAQUE = "_ce_opaque"
+PLACEHOLDER = {"type": "opaque", "text": ""}  # content of a message holding only opaque units
 
 
 def _key(m: Any) -> tuple[Any, Any, Any]:
