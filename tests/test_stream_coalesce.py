@@ -16,8 +16,8 @@ import anyio
 import httpx
 import pytest
 
-from context_engine.proxy.edge import relay as relay_module
-from context_engine.proxy.edge.batching import batches
+from context_engine.proxy.transport import relay as relay_module
+from context_engine.proxy.transport.batching import batches
 from tests import raw_upstream
 
 WAIT_S = 0.005

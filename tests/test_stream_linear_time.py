@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from context_engine.proxy.edge.usage_tap import UsageTap
 from context_engine.proxy.recall import wire_anthropic, wire_responses
 from context_engine.proxy.recall.stream import sse_events
 from context_engine.proxy.recall.tool import Reply
+from context_engine.proxy.transport.usage_tap import UsageTap
 from tests.rules.test_linear_time import grows_linearly
 
 pytestmark = pytest.mark.slow  # timed per size

@@ -1,4 +1,4 @@
-"""The upstream client (``context_engine.proxy.edge.upstream.Upstream``) on
+"""The upstream client (``context_engine.proxy.transport.upstream.Upstream``) on
 ``httpx.MockTransport``: what it sends, what it maps a transport fault to, and that it
 never retries or follows a redirect. A real server adds nothing to these (the real
 loopback path is in test_chat_proxy.py, test_errors.py and test_stream_faults.py)."""
@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from context_engine.proxy.edge.upstream import BadPath, Upstream, request_headers
 from context_engine.proxy.errors import ProxyError, UpstreamTimeout, UpstreamUnreachable
+from context_engine.proxy.transport.upstream import BadPath, Upstream, request_headers
 
 BASE = "http://upstream.test/api/v1"
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_engine.proxy.edge.usage_tap import UsageTap
+from context_engine.proxy.transport.usage_tap import UsageTap
 
 EVENTS = [
     {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},

@@ -32,12 +32,9 @@ from context_engine.proxy.edge.exposure import (
     is_loopback,
 )
 from context_engine.proxy.edge.health import health, watch
-from context_engine.proxy.edge.intake import Intake
 from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.passthrough import Passthrough
-from context_engine.proxy.edge.relay import quiet_server_aborts
 from context_engine.proxy.edge.tags import TagPrefix
-from context_engine.proxy.edge.upstream import Upstream
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.errors import error_json, speaks_anthropic
 from context_engine.proxy.recording.finish import Finisher
@@ -48,6 +45,9 @@ from context_engine.proxy.reporting.report import parse_since
 from context_engine.proxy.reporting.stats import FLUSH_WAIT, stats_after_flush
 from context_engine.proxy.sanitize import redact_url
 from context_engine.proxy.settings import ConfigError, Settings
+from context_engine.proxy.transport.intake import Intake
+from context_engine.proxy.transport.relay import quiet_server_aborts
+from context_engine.proxy.transport.upstream import Upstream
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 

@@ -18,17 +18,8 @@ from starlette.responses import Response
 
 from context_engine.proxy.adapters import CHAT, Adapter
 from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.edge.intake import Intake, Ticket, off_loop
 from context_engine.proxy.edge.keyless import KeylessRefusals
-from context_engine.proxy.edge.relay import relay
 from context_engine.proxy.edge.tags import tags
-from context_engine.proxy.edge.upstream import (
-    Upstream,
-    kept_here,
-    request_headers,
-    response_headers,
-)
-from context_engine.proxy.edge.usage_tap import Usage
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
@@ -41,6 +32,15 @@ from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.sanitize import model_name
 from context_engine.proxy.settings import Settings
+from context_engine.proxy.transport.intake import Intake, Ticket, off_loop
+from context_engine.proxy.transport.relay import relay
+from context_engine.proxy.transport.upstream import (
+    Upstream,
+    kept_here,
+    request_headers,
+    response_headers,
+)
+from context_engine.proxy.transport.usage_tap import Usage
 
 log = logging.getLogger("context_engine.chat")
 

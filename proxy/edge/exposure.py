@@ -28,9 +28,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from context_engine.proxy.edge.upstream import KEPT_HERE
 from context_engine.proxy.errors import error_json, speaks_anthropic
 from context_engine.proxy.settings import ConfigError, Settings
+from context_engine.proxy.transport.upstream import KEPT_HERE
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 Handler = Callable[[Request], Awaitable[Response]]

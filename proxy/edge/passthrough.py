@@ -9,9 +9,9 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from context_engine.proxy.edge.relay import relay
-from context_engine.proxy.edge.upstream import Upstream, kept_here, request_headers
 from context_engine.proxy.errors import ProxyError, error_response, speaks_anthropic
+from context_engine.proxy.transport.relay import relay
+from context_engine.proxy.transport.upstream import Upstream, kept_here, request_headers
 
 
 class Passthrough:

@@ -36,15 +36,15 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 
 from context_engine.proxy.adapters.jsonspan import object_spans, replace_spans
-from context_engine.proxy.edge.intake import off_loop
-from context_engine.proxy.edge.relay import Done, fault
-from context_engine.proxy.edge.upstream import Upstream, response_headers
-from context_engine.proxy.edge.usage_tap import Usage, UsageTap
 from context_engine.proxy.engine.lanes import RequestLane
 from context_engine.proxy.engine.recall_resolve import RecallScope, resolve_calls
 from context_engine.proxy.errors import ProxyError, UpstreamBroken, error_response
 from context_engine.proxy.recall.tool import CHAT
 from context_engine.proxy.recall.wire import Round, Turn, Wire, sum_counts
+from context_engine.proxy.transport.intake import off_loop
+from context_engine.proxy.transport.relay import Done, fault
+from context_engine.proxy.transport.upstream import Upstream, response_headers
+from context_engine.proxy.transport.usage_tap import Usage, UsageTap
 
 log = logging.getLogger("context_engine.recall")
 ROUNDS_HEADER = b"x-context-engine-recall-rounds"

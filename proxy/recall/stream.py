@@ -26,11 +26,11 @@ from typing import Any
 import httpx
 from starlette.types import Send
 
-from context_engine.proxy.edge.errors import ProxyError
-from context_engine.proxy.edge.relay import Done, StreamRelay
-from context_engine.proxy.edge.usage_tap import Usage, UsageTap
+from context_engine.proxy.errors import ProxyError
 from context_engine.proxy.recall.loop import Recall
 from context_engine.proxy.recall.wire import Reader
+from context_engine.proxy.transport.relay import Done, StreamRelay
+from context_engine.proxy.transport.usage_tap import Usage, UsageTap
 
 log = logging.getLogger("context_engine.recall")
 END_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed",

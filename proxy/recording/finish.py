@@ -36,7 +36,7 @@ log = logging.getLogger("context_engine.finish")
 
 
 class Answer(Protocol):
-    """What finishing reads of the response (``edge/usage_tap.py``'s ``Usage`` is one)."""
+    """What finishing reads of the response (``transport/usage_tap.py``'s ``Usage`` is one)."""
 
     @property
     def text(self) -> str: ...

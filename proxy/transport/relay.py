@@ -31,16 +31,16 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from context_engine.proxy.edge.batching import batches
-from context_engine.proxy.edge.errors import (
+from context_engine.proxy.errors import (
     ProxyError,
     StreamAborted,
     UpstreamBroken,
     UpstreamTimeout,
     error_response,
 )
-from context_engine.proxy.edge.upstream import response_headers
-from context_engine.proxy.edge.usage_tap import Usage, UsageTap
+from context_engine.proxy.transport.batching import batches
+from context_engine.proxy.transport.upstream import response_headers
+from context_engine.proxy.transport.usage_tap import Usage, UsageTap
 
 log = logging.getLogger("context_engine.relay")
 

@@ -1,6 +1,6 @@
 """Raw forwarding to the upstream with httpx: bytes in, bytes out. A request goes out
 a second time only when a pooled keep-alive connection the upstream closed could not have
-carried it (``proxy.edge.reconnect`` says exactly when); otherwise never a retry.
+carried it (``proxy.transport.reconnect`` says exactly when); otherwise never a retry.
 
 Request headers pass through except hop-by-hop ones, those ``Connection`` names, the
 proxy's own (``X-Context-Engine-*``, ``X-Session-Id``), Host and Content-Length (httpx
@@ -22,8 +22,8 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from context_engine.proxy.edge.reconnect import Attempt, send_again
 from context_engine.proxy.errors import BadRequest, UpstreamTimeout, UpstreamUnreachable
+from context_engine.proxy.transport.reconnect import Attempt, send_again
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
