@@ -270,13 +270,19 @@ def main() -> None:
     p.add_argument("--extras-only", action="store_true", help="run each phase only with the extras")
     p.add_argument("--rss-every", type=float, default=5.0)
     p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--note", default="", help="a line on the conditions, kept in the report's _about")
     args = p.parse_args()
+    load_before = os.getloadavg()[0]
     report = asyncio.run(main_async(args))
+    command = " ".join(a for a in sys.argv[1:] if not a.startswith("--json") and a != args.json)
+    report["_about"] = {"command": f"python3 bench/load.py {command}".strip(),
+                        "date": time.strftime("%Y-%m-%d"), "note": args.note,
+                        "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
     text = json.dumps(report, indent=1)
     if args.json:
         with open(args.json, "w") as fh:
             fh.write(text)
-    for name in (n for n in report if n != "args"):
+    for name in (n for n in report if n != "args" and not n.startswith("_")):
         m = report[name].get("added_ms_median_of_rounds", {})
         print(f"{name:20} added p50 {m.get('p50')} ms  p95 {m.get('p95')} ms  max {m.get('max')} ms  "
               f"cpu/request {report[name]['cpu_ms_per_request']} ms  failures {report[name]['proxy_failures']}  "
