@@ -26,11 +26,17 @@ SCRIPT = [{"shell": "seq 1 4000"}, {"shell": "echo step-two-done"}, {"shell": "l
           {"text": "All done."}]
 NO_CLAUDE = pytest.mark.skipif(shutil.which("claude") is None,
                                reason="Claude Code not installed (npm i -g @anthropic-ai/claude-code)")
+NO_OPENCODE = pytest.mark.skipif(shutil.which("opencode") is None,
+                                 reason="opencode not installed (npm i -g opencode-ai)")
 NO_CODEX = pytest.mark.skipif(shutil.which("codex") is None,
                               reason="Codex CLI not installed (npm i -g @openai/codex)")
 CLAUDE = ["claude", "-p", "Count to 4000, then list the files.", "--allowedTools", "Bash"]
 CODEX = ["codex", "exec", "-m", "gpt-5-codex", "--skip-git-repo-check", "--ephemeral",
          "--dangerously-bypass-approvals-and-sandbox", "Count to 4000, then list the files."]
+OPENCODE = ["opencode", "run", "-m", "openai/gpt-5", "Count to 4000, then list the files."]
+# opencode offline: no model list from models.dev, no update check, no LSP downloads
+OPENCODE_QUIET = {"OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                  "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1"}
 # The user's own settings: the launcher must leave every byte as it was.
 CONFIGS = {
     ".claude/settings.json": '{\n  "env": {"ANTHROPIC_BASE_URL": "https://example.invalid"},\n'
@@ -87,6 +93,15 @@ def test_run_claude_completes_tagged_and_leaves_configs_alone(user):
 @NO_CODEX
 def test_run_codex_completes_tagged_and_leaves_configs_alone(user):
     _completes(user, CODEX, "codex")
+
+
+@NO_OPENCODE
+def test_run_opencode_completes_tagged(user):
+    """opencode (the AI SDK's OpenAI provider: the Responses API) through ``run``: its
+    inline config points the provider at the proxy; a title request on a small model
+    goes through it too."""
+    user.env.update(OPENCODE_QUIET)
+    _completes(user, OPENCODE, "opencode")
 
 
 @NO_CLAUDE
