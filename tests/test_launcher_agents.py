@@ -28,6 +28,8 @@ NO_CLAUDE = pytest.mark.skipif(shutil.which("claude") is None,
                                reason="Claude Code not installed (npm i -g @anthropic-ai/claude-code)")
 NO_OPENCODE = pytest.mark.skipif(shutil.which("opencode") is None,
                                  reason="opencode not installed (npm i -g opencode-ai)")
+NO_AIDER = pytest.mark.skipif(shutil.which("aider") is None,
+                              reason="aider not installed (pip install aider-chat, in its own venv)")
 NO_CODEX = pytest.mark.skipif(shutil.which("codex") is None,
                               reason="Codex CLI not installed (npm i -g @openai/codex)")
 CLAUDE = ["claude", "-p", "Count to 4000, then list the files.", "--allowedTools", "Bash"]
@@ -102,6 +104,21 @@ def test_run_opencode_completes_tagged(user):
     goes through it too."""
     user.env.update(OPENCODE_QUIET)
     _completes(user, OPENCODE, "opencode")
+
+
+@NO_AIDER
+def test_run_aider_answers_tagged(user):
+    """aider (litellm, Chat Completions) through ``run``: one message, answered by the
+    mock through the proxy. Not installed by .ci/run (a venv of ~100 packages); run by hand."""
+    user.env.update(LITELLM_LOCAL_MODEL_COST_MAP="True")  # aider's litellm, offline
+    with MockUpstream(script=[]) as mock:
+        done = user.run("run", "--upstream", mock.url + "/v1", "aider", "--message", "Say hello.",
+                        "--yes-always", "--no-git", "--model", "gpt-4o", "--no-check-update",
+                        "--no-show-release-notes", "--analytics-disable", "--no-pretty")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert "Mock reply" in done.stdout and "this run: 1 requests" in done.stderr
+        rows = user.rows()
+    assert [(r["agent"], r["status"], r["path"]) for r in rows] == [("aider", 200, "/v1/chat/completions")]
 
 
 @NO_CLAUDE
