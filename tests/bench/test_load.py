@@ -60,8 +60,11 @@ def test_load_bench_runs_each_phase_without_and_with_long_streams_and_hostile_ca
                     "--hostile-scale", "0.01", "--data", str(Path(DATA) / "agent_traces_dev.jsonl"),
                     "--json", str(out)], cwd=REPO, env=env, check=True, capture_output=True, timeout=240)
     report = json.loads(out.read_text())
-    assert [k for k in report if k != "args"] == ["floor", "floor+streams+hostile",
-                                                   "proxy", "proxy+streams+hostile"]
+    assert [k for k in report if k not in ("args", "_about")] == [
+        "floor", "floor+streams+hostile", "proxy", "proxy+streams+hostile"]
+    about = report["_about"]  # what the docs page prints under the table
+    assert about["command"].startswith("python3 bench/load.py --phases floor,proxy")
+    assert str(out) not in about["command"] and about["date"]
     for name in ("floor", "proxy"):
         plain, loaded = report[name], report[name + "+streams+hostile"]
         assert plain["proxy_failures"] == loaded["proxy_failures"] == 0, (plain, loaded)
