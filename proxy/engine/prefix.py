@@ -119,10 +119,15 @@ def signature(messages: Iterable[Any], tools: list[Any] | None, counter: TokenCo
     shares it between requests."""
     memo = {} if memo is None else memo
     running = hashlib.blake2b(digest_size=16)
-    first = digest(tools or [])
+    if tools:  # the same list for a request and its rewrite: dumped, hashed, counted once
+        got_tools = memo.get(id(tools))
+        if got_tools is None:
+            got_tools = memo[id(tools)] = (digest(tools), counter.tools(tools))
+        first, total = got_tools
+    else:
+        first, total = digest([]), 0
     running.update(first)
     digests, chain = [first], [running.digest()]
-    total = counter.tools(tools) if tools else 0
     ends = [total]
     marks = [0] if tools and any(has_mark(t) for t in tools) else []
     for i, m in enumerate(messages, start=1):
