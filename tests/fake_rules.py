@@ -57,3 +57,31 @@ class BreaksLastUser:
         msgs = list(ctx.messages)
         msgs[i] = {**msgs[i], "content": "tampered"}
         return ctx.replace(messages=msgs)
+
+
+@dataclass(frozen=True)
+class LoudConfig:
+    loud: bool = True
+
+
+class Capable(DropOldAssistant):
+    """``DropOldAssistant`` (with a journal note when it drops) offering every capability
+    of the contract under a name the core has never heard of: it fences text, lays out
+    closed blocks of one unit, and is lossless with ``loud`` off."""
+
+    name = "capable"
+    Config = LoudConfig  # type: ignore[assignment]
+    lossless = {"loud": False}
+
+    def __init__(self, config: LoudConfig | None = None, deps: RuleDeps | None = None) -> None:
+        self.config = config or LoudConfig()
+
+    def fence(self, session_id: str, text: str) -> str:
+        return f"<<{session_id}>>{text}<</{session_id}>>"
+
+    def blocks(self) -> tuple[int, int]:
+        return 1, 1
+
+    async def apply(self, ctx: RequestContext) -> RequestContext:
+        out = await super().apply(ctx)
+        return out if out is ctx else out.with_note(self.name, "dropped")
