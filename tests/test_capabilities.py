@@ -11,7 +11,7 @@ from context_engine.proxy.engine.messages import closed_prefix_end
 from context_engine.proxy.engine.prefix import has_mark
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
-from tests.fake_rules import Capable, DropOldAssistant
+from tests.fakes.rules import Capable, DropOldAssistant
 
 REGISTRY = {"drop_old_assistant": DropOldAssistant, "capable": Capable}
 TURNS = [{"role": "system", "content": "sys"}] + [
