@@ -1,5 +1,6 @@
 """The engine uses what a rule offers through the contract (``Fencing``, ``ClosedBlocks``,
-``Lossless``), never its name: a rule it has never heard of gets the same treatment."""
+``Lossless``, ``Embedding``), never its name: a rule it has never heard of gets the same
+treatment."""
 
 from __future__ import annotations
 
@@ -66,3 +67,9 @@ def test_auto_breakpoints_follow_the_closed_blocks_a_rule_declares():
     plain = engine("drop_old_assistant", cache={"auto_breakpoints": True})
     assert plain.blocks["default"] is None  # no rule lays out blocks: breakpoints.AUTO_BLOCKS
     plain.close()
+
+
+def test_texts_embedded_are_summed_over_the_rules_that_embed():
+    e = engine("drop_old_assistant,capable")
+    e.close()
+    assert e.embedded() == 6  # the default pipeline's instance and the lossless one's

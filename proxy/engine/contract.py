@@ -14,7 +14,8 @@ beyond ``apply`` is a capability protocol, checked once at start-up, never a rul
 - ``Prefetching``: work between requests (the background lane);
 - ``Fencing``: fences text the proxy adds after the rules (a recalled original);
 - ``ClosedBlocks``: the block layout of the stable prefix (``cache.auto_breakpoints``);
-- ``Lossless``: the options under which the rule belongs to the lossless profile.
+- ``Lossless``: the options under which the rule belongs to the lossless profile;
+- ``Embedding``: how many texts the rule sent to an embedder (``/healthz``).
 
 The core imports no rule module: rules plug in through the registry
 (``context_engine.rules.REGISTRY``), which only the composition root (settings) reads.
@@ -111,6 +112,13 @@ class Lossless(Protocol):
     form of the context, never its facts. A rule without it is left out of that profile."""
 
     lossless: ClassVar[Mapping[str, Any]]
+
+
+@runtime_checkable
+class Embedding(Protocol):
+    """A rule that sends texts to an embedder: ``embedded()`` is how many this process sent."""
+
+    def embedded(self) -> int: ...
 
 
 def lossless_options(cls: type[Any]) -> Mapping[str, Any] | None:

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any, cast
 from context_engine.proxy.engine import profiles
 from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, restore
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.contract import Embedder, Prefetching, Registry, Rule, RuleDeps
+from context_engine.proxy.engine.contract import (
+    Embedder,
+    Embedding,
+    Prefetching,
+    Registry,
+    Rule,
+    RuleDeps,
+)
 from context_engine.proxy.engine.lanes import (
     BackgroundLane,
     LaneClosed,
@@ -174,9 +181,9 @@ class Engine:
         return done
 
     def embedded(self) -> int:
-        """Texts this process has sent to an embedder (the rules that embed keep a ``cache``)."""
+        """Texts this process has sent to an embedder (the rules offering ``Embedding``)."""
         rules = {id(r): r for p in self.pipelines.values() for r in p.rules}.values()
-        return sum(int(getattr(getattr(r, "cache", None), "embedded", 0) or 0) for r in rules)
+        return sum(r.embedded() for r in rules if isinstance(r, Embedding))
 
     def lane_stats(self) -> dict[str, int]:
         return {"workers": self.requests.workers, "queued": self.requests.queued,

@@ -82,7 +82,7 @@ class LoudConfig:
 class Capable(DropOldAssistant):
     """``DropOldAssistant`` (with a journal note when it drops) offering every capability
     of the contract under a name the core has never heard of: it fences text, lays out
-    closed blocks of one unit, and is lossless with ``loud`` off."""
+    closed blocks of one unit, has embedded 3 texts, and is lossless with ``loud`` off."""
 
     name = "capable"
     Config = LoudConfig  # type: ignore[assignment]
@@ -96,6 +96,9 @@ class Capable(DropOldAssistant):
 
     def blocks(self) -> tuple[int, int]:
         return 1, 1
+
+    def embedded(self) -> int:
+        return 3
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         out = await super().apply(ctx)
