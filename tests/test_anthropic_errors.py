@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests import raw_upstream
+from tests.fakes import raw_upstream
 
 MSGS: list[Any] = [{"role": "user", "content": "hi"}]
 VERSION = {"anthropic-version": "2023-06-01"}

@@ -9,7 +9,7 @@ import sys
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fake_rules import DropOldAssistant
+from tests.fakes.rules import DropOldAssistant
 
 TURNS = [("user", "What is 2+2?"), ("assistant", "4"), ("user", "And 3+3?")]
 

@@ -19,24 +19,16 @@ from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
-from tests import raw_upstream
 from tests.conftest import RunningProxy
 
 SURROGATE = "\\ud800"
 
 
 @pytest.fixture
-def mock():
-    server = raw_upstream.start()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def default_proxy(mock, tmp_path):
+def default_proxy(raw, tmp_path):
     """A proxy with the default rules (config.yaml's list) in front of the raw upstream."""
     settings = load_settings(flags={"store": "memory://", "ledger": str(tmp_path / "l.db"),
-                                    "upstream": mock.url + "/v1"}, env={}, config_path=os.devnull)
+                                    "upstream": raw.url + "/v1"}, env={}, config_path=os.devnull)
     app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
     with ServerThread(app) as server:
         yield RunningProxy(server, app, settings.ledger)
@@ -47,15 +39,15 @@ def _post(proxy, body: bytes, **headers) -> httpx.Response:
                       headers={"content-type": "application/json", **headers}, timeout=30)
 
 
-def _forwarded_or_4xx(proxy, mock, body: bytes, **headers) -> httpx.Response:
-    before = len(mock.received)
+def _forwarded_or_4xx(proxy, raw, body: bytes, **headers) -> httpx.Response:
+    before = len(raw.received)
     r = _post(proxy, body, **headers)
     assert r.status_code < 500, (r.status_code, r.text)
     if r.status_code < 400:
-        assert mock.received[-1].body == body, "a body the rules cannot handle goes out as sent"
+        assert raw.received[-1].body == body, "a body the rules cannot handle goes out as sent"
     else:
         assert r.status_code < 500 and set(r.json()["error"]) == {"message", "type", "param", "code"}
-        assert len(mock.received) == before
+        assert len(raw.received) == before
     return r
 
 
@@ -74,20 +66,20 @@ def _with_surrogate(body: dict) -> bytes:
     return json.dumps(body).replace("@S@", SURROGATE).encode()
 
 
-def test_surrogate_in_a_user_message_is_forwarded_and_recorded(default_proxy, mock):
+def test_surrogate_in_a_user_message_is_forwarded_and_recorded(default_proxy, raw):
     body = _conversation()
     body["messages"][1]["content"] = "What is 2+2? @S@"
     body["messages"][-1]["content"] = "And 3+3? \ud83d@S@"
-    raw = _with_surrogate(body)
-    r = _forwarded_or_4xx(default_proxy, mock, raw)
-    assert r.status_code == 200 and mock.received[-1].body == raw
+    body_bytes = _with_surrogate(body)
+    r = _forwarded_or_4xx(default_proxy, raw, body_bytes)
+    assert r.status_code == 200 and raw.received[-1].body == body_bytes
     rows = default_proxy.rows()
     assert len(rows) == 1 and rows[0]["status"] == 200
 
 
-def test_surrogate_in_model_keeps_the_ledger_writing(default_proxy, mock):
-    raw = _with_surrogate(_conversation(model="gpt-4o@S@"))
-    _forwarded_or_4xx(default_proxy, mock, raw)
+def test_surrogate_in_model_keeps_the_ledger_writing(default_proxy, raw):
+    body_bytes = _with_surrogate(_conversation(model="gpt-4o@S@"))
+    _forwarded_or_4xx(default_proxy, raw, body_bytes)
     ok = _post(default_proxy, json.dumps(_conversation()).encode())
     assert ok.status_code == 200
     rows = default_proxy.rows()
@@ -100,7 +92,7 @@ def test_surrogate_in_model_keeps_the_ledger_writing(default_proxy, mock):
 @pytest.mark.parametrize("where", [
     "system", "tool_arguments", "tool_result", "key", "session_header_value", "part_text",
     "name", "extra_field"])
-def test_surrogates_anywhere_never_500(default_proxy, mock, where):
+def test_surrogates_anywhere_never_500(default_proxy, raw, where):
     body = _conversation(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
     msgs = body["messages"]
     if where == "system":
@@ -124,7 +116,7 @@ def test_surrogates_anywhere_never_500(default_proxy, mock, where):
     headers = {}
     if where == "session_header_value":
         headers = {"x-session-id": b"s\xed\xa0\x80", "authorization": b"Bearer \xff\xfe"}
-    _forwarded_or_4xx(default_proxy, mock, _with_surrogate(body), **headers)
+    _forwarded_or_4xx(default_proxy, raw, _with_surrogate(body), **headers)
     assert len(default_proxy.rows()) == 1
 
 
@@ -140,18 +132,18 @@ def test_surrogates_anywhere_never_500(default_proxy, mock, where):
     {"role": 5, "content": "x"},
     {"role": "user", "content": "x", "name": {"a": 1}},
 ])
-def test_odd_messages_are_forwarded_or_answered_4xx(default_proxy, mock, message):
+def test_odd_messages_are_forwarded_or_answered_4xx(default_proxy, raw, message):
     body = _conversation()
     body["messages"].insert(1, message)
     body["messages"].insert(3, message)
-    _forwarded_or_4xx(default_proxy, mock, json.dumps(body).encode())
+    _forwarded_or_4xx(default_proxy, raw, json.dumps(body).encode())
 
 
-def test_deep_nesting_is_forwarded_or_answered_4xx(default_proxy, mock):
+def test_deep_nesting_is_forwarded_or_answered_4xx(default_proxy, raw):
     for depth in (200, 5000, 100_000):
-        raw = json.dumps(_conversation()).encode()
-        raw = raw[:-1] + b', "x": ' + b"[" * depth + b"]" * depth + b"}"
-        _forwarded_or_4xx(default_proxy, mock, raw)
+        body_bytes = json.dumps(_conversation()).encode()
+        body_bytes = body_bytes[:-1] + b', "x": ' + b"[" * depth + b"]" * depth + b"}"
+        _forwarded_or_4xx(default_proxy, raw, body_bytes)
         tools = b', "tools": [{"type": "function", "function": {"name": "f", "parameters": ' + \
             b'{"a":' * depth + b"1" + b"}" * depth + b"}}]}"
-        _forwarded_or_4xx(default_proxy, mock, json.dumps(_conversation()).encode()[:-1] + tools)
+        _forwarded_or_4xx(default_proxy, raw, json.dumps(_conversation()).encode()[:-1] + tools)

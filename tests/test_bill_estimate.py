@@ -5,18 +5,11 @@ caches like OpenAI: the longest shared token prefix from 1,024 in 128-token step
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from context_engine.proxy.billing.row_bill import row_bill
-from context_engine.proxy.demo.mock_upstream import ServerThread
-from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.reporting.aggregate import cache_breaks, overall
-from tests.fake_rules import NoConfig
+from tests.fakes.rules import FoldEveryThird, Noop
+from tests.fakes.upstreams import ChatUpstream, completion
 
 WORDS = ("harbour lantern quarry velvet orchid turbine meadow cobalt ember saffron "
          "glacier tundra pylon mosaic falcon cipher").split()
@@ -37,42 +30,6 @@ def conversation(turns: int, salt: str) -> list[list[dict]]:
         out.append(msgs)
         msgs = msgs + [{"role": "assistant", "content": f"Answer {t}: " + _text(100 + t, 150)}]
     return out
-
-
-@dataclass(frozen=True)
-class _Cfg:
-    every: int = 3
-
-
-class FoldEveryThird:
-    """Replaces all but the last few messages after the system prompt and the task (pinned)
-    by one summary that changes every third turn (a block boundary): the sent prefix
-    breaks there."""
-
-    name = "fold_every_third"
-    Config = NoConfig
-
-    def __init__(self, *a: object) -> None:
-        pass
-
-    async def apply(self, ctx: RequestContext) -> RequestContext:
-        m = ctx.messages
-        cut = (max(0, len(m) - 7) // 6) * 6
-        if cut == 0:
-            return ctx
-        summary = {"role": "assistant", "content": f"[summary of {cut} messages]"}
-        return ctx.replace(messages=[m[0], m[1], summary] + list(m[3 + cut:]))
-
-
-class Noop:
-    name = "noop"
-    Config = NoConfig
-
-    def __init__(self, *a: object) -> None:
-        pass
-
-    async def apply(self, ctx: RequestContext) -> RequestContext:
-        return ctx.replace(messages=list(ctx.messages))
 
 
 def _send(proxy, requests, session: str, model: str = "gpt-5"):
@@ -149,13 +106,8 @@ def test_bad_cache_input_passes_through_and_is_noted(start_proxy, mock):
     assert "'weird' part" in row["cache_notes"]
 
 
-def _odd_usage_upstream(usage: object) -> Starlette:
-    async def chat(request: Request) -> JSONResponse:
-        return JSONResponse({"id": "x", "object": "chat.completion", "model": "gpt-5",
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": "hi"}}],
-                             "usage": usage})
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+def _odd_usage_upstream(usage: object) -> ChatUpstream:
+    return ChatUpstream(lambda up, body: completion("hi", "gpt-5", usage, id="x"))
 
 
 def test_malformed_usage_is_noted_never_a_500(start_proxy):
@@ -167,7 +119,7 @@ def test_malformed_usage_is_noted_never_a_500(start_proxy):
         ({"prompt_tokens": 10, "prompt_tokens_details": [1]}, "not an object"),
     ]
     for usage, note in cases:
-        with ServerThread(_odd_usage_upstream(usage)) as up:
+        with _odd_usage_upstream(usage) as up:
             proxy = start_proxy(upstream=up.url + "/v1")
             client = proxy.client()
             out = client.chat.completions.create(model="gpt-5", messages=[
@@ -181,7 +133,7 @@ def test_malformed_usage_is_noted_never_a_500(start_proxy):
 def test_cache_writes_are_read_from_usage_and_billed_at_the_write_price(start_proxy):
     usage = {"prompt_tokens": 3000, "completion_tokens": 10, "cache_creation_input_tokens": 2000,
              "prompt_tokens_details": {"cached_tokens": 500}}
-    with ServerThread(_odd_usage_upstream(usage)) as up:
+    with _odd_usage_upstream(usage) as up:
         proxy = start_proxy(upstream=up.url + "/v1")
         proxy.client().chat.completions.create(model="claude-sonnet-4-5", messages=[
             {"role": "user", "content": "hi"}])
@@ -221,7 +173,7 @@ def test_report_stats_and_metrics_label_estimate_and_billed(start_proxy):
 
 def test_a_provider_that_misses_a_kept_prefix_is_reported(start_proxy):
     usage = {"prompt_tokens": 5000, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 0}}
-    with ServerThread(_odd_usage_upstream(usage)) as up:
+    with _odd_usage_upstream(usage) as up:
         proxy = start_proxy(upstream=up.url + "/v1")
         rows = _send(proxy, conversation(4, "miss"), "miss")
     assert rows[0]["provider_missed_tokens"] == 0  # nothing was kept yet

@@ -7,25 +7,11 @@ from __future__ import annotations
 
 import anthropic
 
-from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.reporting.aggregate import overall
-from tests.test_bill_estimate import FoldEveryThird, _text, conversation
+from tests.fakes.rules import FoldEveryThirdKeepingRoles
+from tests.test_bill_estimate import _text, conversation
 
 CC = {"type": "ephemeral"}
-
-
-class FoldEveryThirdKeepingRoles(FoldEveryThird):
-    """The messages between the first user turn and the last 4 or more become one
-    assistant summary that changes every third turn (roles keep alternating, as every
-    wire format needs)."""
-
-    async def apply(self, ctx: RequestContext) -> RequestContext:
-        m = ctx.messages
-        if len(m) < 13:
-            return ctx
-        cut = (len(m) - 7) // 6 * 6
-        summary = {"role": "assistant", "content": f"[summary of {cut + 1} messages]"}
-        return ctx.replace(messages=[m[0], m[1], summary] + list(m[3 + cut:]))
 
 
 def _responses(proxy, requests, session: str):

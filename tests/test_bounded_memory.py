@@ -16,6 +16,7 @@ from context_engine.proxy.engine.tokens import TokenCounter, get_encoding
 from context_engine.proxy.recording.context_metrics import Oscillation
 from context_engine.proxy.store.memo import BoundedCache, memoize
 from context_engine.rules.fold_duplicates.patterns import normalize
+from tests.fakes.rules import Slow
 
 
 def test_bounded_cache_keeps_both_caps_and_evicts_least_recent_first():
@@ -80,24 +81,8 @@ def test_oscillation_memory_is_per_snippet_digests_and_capped_in_sessions():
     assert all(len(d) == 8 for digests in osc._last.values() for d in digests)
 
 
-class SlowRule:
-    """A real rule that takes its time (so shadow rewrites pile up)."""
-
-    name = "slow"
-
-    class Config:
-        pass
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    async def apply(self, ctx):
-        time.sleep(self.seconds)  # noqa: ASYNC251 (a rule that holds its thread)
-        return ctx
-
-
 def test_the_shadow_backlog_is_bounded_it_drops_and_counts(start_proxy):
-    proxy = start_proxy(rules=[SlowRule(0.3)], mode="shadow")
+    proxy = start_proxy(rules=[Slow(0.3)], mode="shadow")
     proxy.app.state.finisher.max_shadow_backlog = 2
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
 

@@ -6,7 +6,7 @@ import json
 
 import httpx
 
-from tests.fake_rules import DropOldAssistant
+from tests.fakes.rules import DropOldAssistant
 
 HISTORY = [
     {"role": "system", "content": "You are terse."},

@@ -11,8 +11,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.recall_upstream import RecallUpstream
-from tests.recall_upstream_apis import RecallApisUpstream
+from tests.fakes.recall_upstream import RecallUpstream
+from tests.fakes.recall_upstream_apis import RecallApisUpstream
 from tests.test_recall import recall_proxies
 
 TASK = "Fix the bug in parser.py: parse('a,b') drops the second field."

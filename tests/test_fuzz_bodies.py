@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from context_engine.proxy.adapters.body import parse_body
 from context_engine.proxy.recall.tool import TOOL_JSON
 from context_engine.proxy.recording.ledger import read_rows
-from tests import raw_upstream
+from tests.fakes import raw_upstream
 from tests.json_fuzz import BodyGen
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,23 +7,7 @@ from __future__ import annotations
 
 from context_engine.bench.load_mock import Chooser, build_app
 from context_engine.proxy.demo.server_thread import ServerThread
-
-
-class CountingRule:
-    """A real rule that counts the requests it saw."""
-
-    name = "counting"
-
-    class Config:
-        pass
-
-    def __init__(self) -> None:
-        self.seen = 0
-
-    async def apply(self, ctx):
-        self.seen += 1
-        return ctx
-
+from tests.fakes.rules import Counting
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -31,7 +15,7 @@ BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}]}
 def test_rules_skip_keyless_requests_once_the_upstream_refused_one(start_proxy):
     import httpx
 
-    rule = CountingRule()
+    rule = Counting()
     with ServerThread(build_app(0.0, Chooser({}, 1))) as upstream:  # answers 401 without a key
         proxy = start_proxy(rules=[rule], upstream=upstream.url + "/v1")
         url = proxy.url + "/v1/chat/completions"
@@ -57,7 +41,7 @@ def test_rules_skip_keyless_requests_once_the_upstream_refused_one(start_proxy):
 def test_rules_run_on_keyless_requests_before_an_upstream_that_takes_them(start_proxy):
     import httpx
 
-    rule = CountingRule()
+    rule = Counting()
     proxy = start_proxy(rules=[rule])  # the demo mock answers every request
     for _ in range(3):
         assert httpx.post(proxy.url + "/v1/chat/completions", json=BODY).status_code == 200

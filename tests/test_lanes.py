@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from dataclasses import dataclass
 
 import pytest
 
@@ -18,13 +17,9 @@ from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.lanes import BackgroundLane, RequestLane
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
+from tests.fakes.rules import NoConfig
 
 WAIT = 30  # seconds an event may take before a test gives up (never reached when it passes)
-
-
-@dataclass(frozen=True)
-class NoConfig:
-    pass
 
 
 class Gate:

@@ -14,7 +14,7 @@ from context_engine.proxy.billing.row_bill import row_costs
 from context_engine.proxy.recording.ledger import Ledger, LedgerRow, read_rows
 from context_engine.proxy.reporting.aggregate import totals_by
 from context_engine.proxy.reporting.report import parse_since
-from tests.fake_rules import DropOldAssistant
+from tests.fakes.rules import DropOldAssistant
 
 MSGS = [
     {"role": "system", "content": "sys"},

@@ -14,7 +14,7 @@ from context_engine.proxy.billing.row_bill import row_costs
 from context_engine.proxy.engine import modes
 from context_engine.proxy.reporting.ab_compare import compare
 from context_engine.proxy.reporting.report import build, to_csv
-from tests.fake_rules import DropOldAssistant
+from tests.fakes.rules import DropOldAssistant
 
 MSGS = [
     {"role": "system", "content": "sys"},

@@ -11,8 +11,6 @@ import json
 
 import pytest
 
-from tests import raw_upstream
-
 TRICKS = [
     "/v1/%2e%2e/admin/x",
     "/v1/%2E%2E/admin/x",
@@ -31,13 +29,6 @@ TRICKS = [
     "/v1/models%00",
     "/v1/chat%2fcompletions",
 ]
-
-
-@pytest.fixture
-def raw():
-    server = raw_upstream.start()
-    yield server
-    server.close()
 
 
 def _send(proxy, method: str, target: str, body: bytes | None = None):

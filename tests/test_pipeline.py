@@ -13,7 +13,7 @@ import pytest
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.pipeline import Pipeline
 from context_engine.proxy.engine.tokens import TokenCounter
-from tests.fake_rules import BreaksLastUser, DropOldAssistant, Raises
+from tests.fakes.rules import BreaksLastUser, DropOldAssistant, Raises
 
 MSGS = [
     {"role": "system", "content": "sys"},

@@ -1,5 +1,5 @@
 """context_recall answered inside the proxy: a real server, the real openai SDK, and a
-loopback upstream that calls the tool (tests/recall_upstream.py)."""
+loopback upstream that calls the tool (tests/fakes/recall_upstream.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from context_engine.proxy.reporting import report
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import DiskStore, MemoryStore
 from tests.conftest import RunningProxy
-from tests.recall_upstream import RecallUpstream
+from tests.fakes.recall_upstream import RecallUpstream
 
 LINES = "\n".join(f"row {i}: sensor-{i} read {i * 7 % 101} units" for i in range(200))
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Look up a fact.",

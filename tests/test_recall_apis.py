@@ -1,6 +1,6 @@
 """context_recall on the Responses API and Anthropic Messages, answered inside the proxy:
 a real server, the real openai and anthropic SDKs, and a loopback upstream that calls
-the tool (tests/recall_upstream_apis.py)."""
+the tool (tests/fakes/recall_upstream_apis.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from context_engine.proxy.recall.wire_anthropic import ANTHROPIC as ANTHROPIC_WI
 from context_engine.proxy.recall.wire_anthropic import TOOL as ANTHROPIC_TOOL
 from context_engine.proxy.recall.wire_responses import RESPONSES as RESPONSES_WIRE
 from context_engine.proxy.recall.wire_responses import TOOL as RESPONSES_TOOL
-from tests.recall_upstream_apis import LEAD, RecallApisUpstream
+from tests.fakes.recall_upstream_apis import LEAD, RecallApisUpstream
 from tests.test_recall import LINES, recall_proxies
 
 R_TOOLS = [{"type": "function", "name": "lookup", "description": "Look up a fact.",

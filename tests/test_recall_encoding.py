@@ -1,7 +1,7 @@
 """Compressed replies and recall: a recall call never reaches a client that did not
 declare the tool, whatever the upstream's content-encoding; the header is stripped
 only from a body the proxy decoded. The upstream here compresses on request
-(tests/recall_upstream.py, ``x-test-encoding``), ignoring what the proxy accepts."""
+(tests/fakes/recall_upstream.py, ``x-test-encoding``), ignoring what the proxy accepts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from tests.recall_upstream import RecallUpstream
+from tests.fakes.recall_upstream import RecallUpstream
 from tests.test_recall import TOOLS, history, recall_proxies
 
 

@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from tests.recall_upstream import RecallUpstream
+from tests.fakes.recall_upstream import RecallUpstream
 from tests.test_recall import TOOLS, history, recall_proxies
 
 
@@ -73,7 +73,7 @@ def test_a_held_reply_past_max_held_bytes_is_relayed_without_its_recall_call(pro
 
 # --- the Responses API and Anthropic Messages, through their SDKs --------------------------
 
-from tests.recall_upstream_apis import RecallApisUpstream  # noqa: E402
+from tests.fakes.recall_upstream_apis import RecallApisUpstream  # noqa: E402
 from tests.test_recall_apis import A_TOOLS, R_TOOLS, a_messages, ask, r_input  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from tests.fake_rules import DropOldAssistant
+from tests.fakes.rules import DropFirstAssistant, DropOldAssistant
 
 TOOLS = [{"type": "function", "name": "lookup", "description": "Look up a fact.",
           "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]
@@ -133,13 +133,6 @@ def test_rewrite_keeps_reasoning_items_byte_identical(start_proxy, mock):
 
 
 def test_a_rule_that_drops_an_opaque_item_fails_open(start_proxy, mock):
-    class DropFirstAssistant(DropOldAssistant):
-        name = "drop_first_assistant"
-
-        async def apply(self, ctx):
-            i = next(n for n, m in enumerate(ctx.messages) if m.get("tool_calls"))
-            kept = ctx.messages[:i] + ctx.messages[i + 2:]
-            return ctx.replace(messages=kept)
     proxy = start_proxy(rules=[DropFirstAssistant()])
     body = json.dumps({"model": "gpt-5", "input": HISTORY}).encode()
     httpx.post(proxy.url + "/v1/responses", content=body)

@@ -18,7 +18,7 @@ import pytest
 
 from context_engine.proxy.transport import relay as relay_module
 from context_engine.proxy.transport.batching import batches
-from tests import raw_upstream
+from tests.fakes import raw_upstream
 
 WAIT_S = 0.005
 BODY = b'{"model": "burst-stream", "stream": true, "messages": [{"role": "user", "content": "hi"}]}'

@@ -12,17 +12,8 @@ import httpx
 import openai
 import pytest
 
-from tests import raw_upstream
-
 MSGS = [{"role": "user", "content": "hi"}]
 FAULTS = (httpx.HTTPError, openai.APIError)
-
-
-@pytest.fixture
-def raw():
-    server = raw_upstream.start()
-    yield server
-    server.close()
 
 
 def _read_stream(proxy, model: str) -> str:

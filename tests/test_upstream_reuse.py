@@ -12,16 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests import raw_upstream
-
 MSGS = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def raw():
-    server = raw_upstream.start()
-    yield server
-    server.close()
 
 
 def _bodies(raw, model: str) -> int:

@@ -23,8 +23,8 @@ from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.recall.wire import tool_name
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
-from tests import raw_upstream
 from tests.conftest import RunningProxy
+from tests.fakes import raw_upstream
 
 TOOL_OUTPUT = json.dumps({"rows": [{"id": n, "name": f"item {n}", "tags": ["a", "b"], "note": None}
                                    for n in range(30)]}, indent=2)

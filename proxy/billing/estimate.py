@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_engine.proxy.billing import cache_model
@@ -106,14 +106,46 @@ def billed_floor(est: cache_model.CacheUse, billed_reads: int, original: Signatu
     return cache_model.CacheUse(floor, max(0, est.write - (floor - est.read)))
 
 
-def _proxy_tokens(billed: Any, row: Any) -> int:
+def _proxy_tokens(billed: Any, facts: BillFacts) -> int:
     """``billed`` provider tokens in the proxy's token counts (``row_bill`` scales back)."""
-    prompt, sent = row.prompt_tokens, row.tokens_sent
+    prompt, sent = facts.prompt_tokens, facts.tokens_sent
     if not isinstance(billed, int) or isinstance(billed, bool) or billed <= 0:
         return 0
     if isinstance(prompt, int) and prompt > 0 and isinstance(sent, int) and sent > 0:
         return billed * sent // prompt
     return billed
+
+
+@dataclass(frozen=True)
+class BillFacts:
+    """What the estimate reads of a request and its reply (ledger row columns)."""
+
+    model: str
+    session: str
+    ts: float
+    arm: str
+    status: int
+    failed_open: bool  # also a rewrite the wire format could not carry
+    tokens_sent: int
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    server_state: bool = False  # the provider holds the history (Responses)
+
+
+@dataclass(frozen=True)
+class BillEstimate:
+    """The ledger row's bill columns (``observe``)."""
+
+    cache_notes: str = ""
+    billing: str = ""
+    est_cached_original: int | None = None
+    est_write_original: int | None = None
+    est_cached_sent: int | None = None
+    prefix_kept_tokens: int | None = None
+    prefix_break_index: int | None = None
+    prefix_break_rule: str = ""
+    provider_missed_tokens: int = 0
 
 
 class BillEstimator:
@@ -134,51 +166,51 @@ class BillEstimator:
             self.sessions.popitem(last=False)
         return st
 
-    def observe(self, row: Any, body: dict[str, Any], rewrite: Any, notes: list[str]) -> None:
-        """Fill the row's estimate and prefix fields (``row`` is a ``LedgerRow``)."""
+    def observe(self, facts: BillFacts, body: dict[str, Any], rewrite: Any,
+                notes: list[str]) -> BillEstimate:
+        """The bill columns of one request, in the order requests finished."""
         original = body.get("messages") or []
         tools = body.get("tools") if isinstance(body.get("tools"), list) else None
         notes = notes + input_notes(original, tools)
-        row.cache_notes = "; ".join(notes)[:500]
-        if not row.status or row.status >= 400:
-            return  # nothing was billed or cached
-        kind = caching_kind(row.model)
-        row.billing = kind
-        if row.context.get("server_state"):  # the provider holds the history: same prefix
-            row.est_cached_original = row.cached_tokens or 0
-            row.est_write_original = row.cache_write_tokens or 0
-            return
-        st = self._state(row.session, kind)
-        counter, _ = counter_for_model(row.model)
+        bill = BillEstimate(cache_notes="; ".join(notes)[:500])
+        if not facts.status or facts.status >= 400:
+            return bill  # nothing was billed or cached
+        kind = caching_kind(facts.model)
+        if facts.server_state:  # the provider holds the history: same prefix
+            return replace(bill, billing=kind, est_cached_original=facts.cached_tokens or 0,
+                           est_write_original=facts.cache_write_tokens or 0)
+        st = self._state(facts.session, kind)
+        counter, _ = counter_for_model(facts.model)
         memo: dict[int, tuple[bytes, int]] = {}
-        now = row.ts
+        now = facts.ts
         orig_sig = signature(original, tools, counter, memo, self.segments)
-        est = cache_model.use(kind, orig_sig, st.original, now, row.model)
+        est = cache_model.use(kind, orig_sig, st.original, now, facts.model)
         result = rewrite.result if rewrite is not None else None
-        rewritten = result is not None and row.arm == "rewrite" and not result.failed_open \
-            and not row.failed_open  # row: also a rewrite the wire format could not carry
+        rewritten = result is not None and facts.arm == "rewrite" and not result.failed_open \
+            and not facts.failed_open
         sent = result.ctx.messages if rewritten and result is not None else original
         sent_sig = orig_sig if sent is original else signature(sent, tools, counter, memo, self.segments)
-        est = billed_floor(est, _proxy_tokens(row.cached_tokens, row), orig_sig, sent_sig)
-        row.est_cached_original, row.est_write_original = est.read, est.write
-        expected = cache_model.use(kind, sent_sig, st.sent, now, row.model)
-        row.est_cached_sent = expected.read
-        if row.cached_tokens is not None and expected.read >= MISS_MIN and \
-                row.cached_tokens < expected.read // 2:
-            row.provider_missed_tokens = expected.read - row.cached_tokens
+        est = billed_floor(est, _proxy_tokens(facts.cached_tokens, facts), orig_sig, sent_sig)
+        expected = cache_model.use(kind, sent_sig, st.sent, now, facts.model)
+        missed = 0
+        if facts.cached_tokens is not None and expected.read >= MISS_MIN and \
+                facts.cached_tokens < expected.read // 2:
+            missed = expected.read - facts.cached_tokens
+        bill = replace(bill, billing=kind, est_cached_original=est.read, est_write_original=est.write,
+                       est_cached_sent=expected.read, provider_missed_tokens=missed)
         cause = self._stage_cause(st, original, result, memo)
         last, st.last_sent = st.last_sent, sent_sig
         if last is None:
-            return
+            return bill
         kept = shared_segments(last, sent_sig)
-        row.prefix_kept_tokens = sent_sig.ends[kept - 1] if kept else 0
+        bill = replace(bill, prefix_kept_tokens=sent_sig.ends[kept - 1] if kept else 0)
         if kept < len(last.chain):
-            row.prefix_break_index = kept - 1
             if kept == 0:
                 cause = "client"  # the tool definitions changed; rules never touch them
             elif result is not None and result.failed_open and cause is None:
                 cause = "failed_open"
-            row.prefix_break_rule = cause or "unattributed"
+            bill = replace(bill, prefix_break_index=kept - 1, prefix_break_rule=cause or "unattributed")
+        return bill
 
     def _stage_cause(self, st: SessionState, original: list[Any], result: Any,
                      memo: dict[int, tuple[bytes, int]]) -> str | None:

@@ -28,8 +28,8 @@ from context_engine.proxy.recall.loop import Recall, answer
 from context_engine.proxy.recall.stream import RecallStream, readable
 from context_engine.proxy.recall.tool import tool_tokens
 from context_engine.proxy.recall.wires import WIRES
-from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
-from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.recording.finish import Finisher
+from context_engine.proxy.recording.row_parts import Answered, Received, Rewritten
 from context_engine.proxy.sanitize import model_name
 from context_engine.proxy.settings import Settings
 from context_engine.proxy.transport.intake import Intake, Ticket, off_loop
@@ -94,56 +94,51 @@ class ChatCompletions:
         self.finisher.begin()
         offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
         try:
-            row, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
+            received, rewritten, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
-            row, rewrite, out = LedgerRow(session="-", model=model_name(body.data.get("model")),
-                                          mode=mode, arm="passthrough", path=request.url.path,
-                                          failed_open=True, api=self.adapter.name), None, raw
-        arm = row.arm
+            received = Received(model=model_name(body.data.get("model")), mode=mode,
+                                arm="passthrough", path=request.url.path, api=self.adapter.name)
+            rewritten, rewrite, out = Rewritten(failed_open=True), None, raw
+        arm = received.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
             else None
         tooled = await off_loop(len(out), self.wire.add_tool, out) if recall is not None else out
         if tooled is out:
             recall = None
         else:
-            out, row.tokens_sent = tooled, row.tokens_sent + tool_tokens(row.encoding or "o200k_base")
-        row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
+            out, rewritten = tooled, rewritten.with_tool(tool_tokens(rewritten.encoding or "o200k_base"))
+        received = received.sent(arrived, (time.perf_counter() - t0) * 1000)
         started = time.perf_counter()
         if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
             headers = accepting(headers, "identity" if body.stream else "gzip")
         try:
             r = await self.upstream.send("POST", url, headers, out)
         except ProxyError as exc:
-            row.status, row.error = exc.status, exc.message
-            row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
+            answered = Answered(exc.status, exc.message, (time.perf_counter() - started) * 1000)
+            self.finisher.schedule(received, rewritten, answered, body.chat, rewrite, Usage(),
+                                   shadow=False, size=len(raw))
             return self._error(exc)
         except asyncio.CancelledError:  # shutdown cut it (proxy/edge/shutdown.py): still a row
-            row.status, row.error = 503, "cut by shutdown before the upstream answered"
-            row.upstream_ms = (time.perf_counter() - started) * 1000
-            self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
+            answered = Answered(503, "cut by shutdown before the upstream answered",
+                                (time.perf_counter() - started) * 1000)
+            self.finisher.schedule(received, rewritten, answered, body.chat, rewrite, Usage(),
+                                   shadow=False, size=len(raw))
             raise
-        row.status = r.status_code
         self.keyless.observe(headers, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
-            row.status = status
-            row.prompt_tokens, row.cached_tokens = usage.prompt_tokens, usage.cached_tokens
-            row.completion_tokens, row.finish_reason = usage.completion_tokens, usage.finish_reason
-            row.cache_write_tokens = usage.cache_write_tokens
-            row.upstream_ms, row.error = upstream_ms, error
-            if loop is not None:
-                row.recall_rounds, row.recall_prompt_tokens, row.recall_completion_tokens = loop.cost()
-            self.finisher.schedule(row, body.chat, rewrite, usage,
+            cost = loop.cost() if loop is not None else (0, 0, 0)
+            self.finisher.schedule(received, rewritten, Answered.of(usage, status, upstream_ms, error, cost),
+                                   body.chat, rewrite, usage,
                                    shadow=arm == "shadow" and body.rewritable, size=len(raw))
 
-        extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
-                 (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
+        extra = [(b"x-context-engine-tokens-before", str(rewritten.tokens_original).encode()),
+                 (b"x-context-engine-tokens-after", str(rewritten.tokens_sent).encode())]
         loop = None if recall is None or r.status_code != 200 else Recall(
             self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire,
-            lane=self.engine.requests, session=row.session,
+            lane=self.engine.requests, session=received.session,
             max_calls=self.settings.recall.max_calls, deadline_s=self.engine.deadline_s)
         if loop is not None:
             if not r.headers.get("content-type", "").lower().startswith("text/event-stream"):
@@ -161,59 +156,65 @@ class ChatCompletions:
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None,
-                       offer: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
-        """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
+                       offer: bool = False) -> tuple[Received, Rewritten, Rewrite | None, bytes]:
+        """The ledger row's ``Received`` and ``Rewritten`` parts, the rewrite (rewrite arm
+        only) and the bytes to send upstream."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key)
         arm = modes.arm(mode, sid, self.settings.ab_share)
-        row = LedgerRow(session=sid, model=model_name(body.chat.get("model")), mode=mode, arm=arm,
-                        path=request.url.path, stream=body.stream, api=self.adapter.name,
-                        traceparent=request.headers.get("traceparent", "")[:128])
-        row.agent, row.project = tags(request.headers)
-        row.context.update(body.notes)
+        agent, project = tags(request.headers)
+        notes = dict(body.notes)
         rewrite = None
         too_big = cap_exceeded(self.settings, len(raw), body.chat.get("messages"))  # before any work starts
         if too_big and arm == "rewrite":
-            row.context["skipped"] = too_big
+            notes["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
             caller = caller_hash(request.headers, self.session_key)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw))
-            fill_from_rewrite(row, rewrite)
+            rewritten = Rewritten.of(rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
             if arm == "rewrite" and (choice == "off" or too_big):
-                row.arm = "bypass"
-            row.tokens_original = row.tokens_sent = await off_loop(len(raw), self.engine.count, body.chat)
-        out = raw if rewrite is None or not rewrite.result.changed else await off_loop(
-            len(raw), self._splice, body, rewrite, row, raw)
+                arm = "bypass"
+            rewritten = Rewritten.counted(await off_loop(len(raw), self.engine.count, body.chat))
+        received = Received(session=sid, model=model_name(body.chat.get("model")), mode=mode,
+                            arm=arm, path=request.url.path, api=self.adapter.name,
+                            stream=body.stream, agent=agent, project=project, notes=notes,
+                            traceparent=request.headers.get("traceparent", "")[:128])
+        out = raw
+        if rewrite is not None and rewrite.result.changed:
+            spliced = await off_loop(len(raw), self._splice, body, rewrite)
+            if spliced is None:  # the wire format cannot carry the rewrite: the original goes out
+                rewritten = rewritten.unspliced()
+            out = raw if spliced is None else spliced
         if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
                 and "prompt_cache_key" not in body.data):
             out = await off_loop(len(out), profiles.add_prompt_cache_key, out, sid)
-        return row, rewrite, out
+        return received, rewritten, rewrite, out
 
     async def _refused(self, request: Request, url: str, headers: list[tuple[bytes, bytes]],
                        raw: bytes, mode: str, t0: float, arrived: float) -> Response:
         """A request without a credential to an upstream that refuses those
         (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
         self.finisher.begin()
-        row = LedgerRow(session="-", model="", mode=mode, arm="bypass", path=request.url.path,
-                        api=self.adapter.name, context={"skipped": "no_credentials"},
-                        tokens_original=len(raw) // 4, tokens_sent=len(raw) // 4)
-        row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
+        received = Received(mode=mode, arm="bypass", path=request.url.path, api=self.adapter.name,
+                        notes={"skipped": "no_credentials"}, ts=arrived,
+                        proxy_ms=(time.perf_counter() - t0) * 1000)
+        counted = Rewritten.counted(len(raw) // 4)
         started = time.perf_counter()
         nothing: dict[str, Any] = {"messages": []}
         try:
             r = await self.upstream.send("POST", url, headers, raw)
         except (ProxyError, asyncio.CancelledError) as exc:
-            row.status, row.error = (exc.status, exc.message) if isinstance(exc, ProxyError) else (
+            answered = Answered(exc.status, exc.message) if isinstance(exc, ProxyError) else Answered(
                 503, "cut by shutdown before the upstream answered")
-            self.finisher.schedule(row, nothing, None, Usage(), shadow=False)
+            self.finisher.schedule(received, counted, answered, nothing, None, Usage(), shadow=False)
             if isinstance(exc, ProxyError):
                 return self._error(exc)
             raise
         self.keyless.observe(headers, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
-            row.status, row.upstream_ms, row.error = status, upstream_ms, error
-            self.finisher.schedule(row, nothing, None, usage, shadow=False)
+            self.finisher.schedule(received, counted, Answered(status, error, upstream_ms), nothing, None,
+                                   usage, shadow=False)
 
         return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic",
                            coalesce_s=self.coalesce_s)
@@ -223,14 +224,14 @@ class ChatCompletions:
         return Response(self.adapter.error_body(exc), status_code=exc.status,
                         media_type="application/json", headers=headers)
 
-    def _splice(self, body: Parsed, rewrite: Rewrite, row: LedgerRow, raw: bytes) -> bytes:
+    def _splice(self, body: Parsed, rewrite: Rewrite) -> bytes | None:
+        """The rewrite in the client's bytes; None when the wire format cannot carry it."""
         try:
             return body.splice(rewrite.result.ctx.messages)
         except Exception:  # the edge: a rewrite the wire format cannot carry sends the original
             log.exception("splicing the rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
-            row.failed_open, row.tokens_sent, row.rule_savings = True, row.tokens_original, {}
-            return raw
+            return None
 
     async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None,
                        offer: bool = False, caller: str = "", size: int = 0) -> Rewrite | None:

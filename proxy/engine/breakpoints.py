@@ -17,7 +17,8 @@ whose content is a string (a marker then sits on the message). After the rules r
 A message is *kept* when the rewrite holds an equal message (markers aside), matched in
 order. ``auto_breakpoints`` (off by default): where the client set no marker at all,
 one goes on the last system message and one on the last message of the closed blocks
-(the stable prefix the rules produce; ``context_engine.proxy.engine.messages.closed_prefix_end``).
+(the stable prefix the rules produce; ``context_engine.proxy.engine.messages.closed_prefix_end``,
+laid out as the rule offering ``ClosedBlocks`` says, else ``AUTO_BLOCKS``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from context_engine.proxy.engine.messages import closed_prefix_end, is_instructi
 from context_engine.proxy.engine.prefix import MARK, digest, has_mark
 
 AUTO_MARK = {"type": "ephemeral"}
+AUTO_BLOCKS = (4, 4)  # (window, block) of the closed blocks when no rule offers ``ClosedBlocks``
 Spot = tuple[int, int]  # (message index, part index; -1 = the message itself;
 #                         -2 = string content turned into one marked text part)
 
@@ -166,7 +168,7 @@ def _spots_of(m: dict[str, Any]) -> dict[int, Any]:
 
 
 def restore(original: list[Any], rewritten: list[Any], auto: bool = False,
-            window: int = 4, block: int = 4) -> tuple[list[Any], Moves]:
+            window: int = AUTO_BLOCKS[0], block: int = AUTO_BLOCKS[1]) -> tuple[list[Any], Moves]:
     """The rewrite with the client's markers placed by the rules above (the same list
     object when nothing needs to change)."""
     if rewritten is original:

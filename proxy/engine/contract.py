@@ -8,9 +8,16 @@ summarizer, an embedder) come in through ``RuleDeps``. A rule never mutates the
 messages it is given; it returns new lists and new dicts.
 
 What the core needs back from a rule travels in typed ``RequestContext`` fields
-(``system_line``, ``memory``), never in another rule's private notes. A rule that also
-works between requests implements ``Prefetching``; the engine checks that once, at
-start-up. The core imports no rule module: rules plug in through the registry
+(``system_line``, ``memory``), never in another rule's private notes. What a rule offers
+beyond ``apply`` is a capability protocol, checked once at start-up, never a rule name:
+
+- ``Prefetching``: work between requests (the background lane);
+- ``Fencing``: fences text the proxy adds after the rules (a recalled original);
+- ``ClosedBlocks``: the block layout of the stable prefix (``cache.auto_breakpoints``);
+- ``Lossless``: the options under which the rule belongs to the lossless profile;
+- ``Embedding``: how many texts the rule sent to an embedder (``/healthz``).
+
+The core imports no rule module: rules plug in through the registry
 (``context_engine.rules.REGISTRY``), which only the composition root (settings) reads.
 """
 
@@ -19,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -66,8 +73,6 @@ class Rule(Protocol):
     async def apply(self, ctx: RequestContext) -> RequestContext: ...
 
 
-
-
 Registry = Mapping[str, type[Rule]]  # rule name → class (``context_engine.rules.REGISTRY``)
 
 
@@ -78,6 +83,47 @@ class Prefetching(Protocol):
     how many items it did (0: nothing left)."""
 
     def prefetch(self, pause: Callable[[], None] | None = None) -> int: ...
+
+
+@runtime_checkable
+class Fencing(Protocol):
+    """A rule that fences data: ``fence(session_id, text)`` is ``text`` fenced as it would
+    fence a tool result of the session. When the rule ran on a request (its journal note
+    is in ``ctx.notes``), the text ``context_recall`` returns is fenced with it."""
+
+    name: str
+
+    def fence(self, session_id: str, text: str) -> str: ...
+
+
+@runtime_checkable
+class ClosedBlocks(Protocol):
+    """A rule that moves older turns out in closed blocks: ``blocks()`` is its
+    ``(window, block)`` (the last ``window`` units stay raw; older ones leave ``block``
+    units at a time). ``cache.auto_breakpoints`` marks where the closed blocks end."""
+
+    def blocks(self) -> tuple[int, int]: ...
+
+
+@runtime_checkable
+class Lossless(Protocol):
+    """A rule of the lossless profile (``X-Context-Engine-Rules: lossless``): it runs there
+    with ``lossless`` over its configured options, the options under which it changes the
+    form of the context, never its facts. A rule without it is left out of that profile."""
+
+    lossless: ClassVar[Mapping[str, Any]]
+
+
+@runtime_checkable
+class Embedding(Protocol):
+    """A rule that sends texts to an embedder: ``embedded()`` is how many this process sent."""
+
+    def embedded(self) -> int: ...
+
+
+def lossless_options(cls: type[Any]) -> Mapping[str, Any] | None:
+    """The options a rule class declares for the lossless profile; None: not in it."""
+    return cls.lossless if isinstance(cls, Lossless) else None
 
 
 def option(default: Any, help: str) -> Any:

@@ -14,9 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from context_engine.proxy.engine import profiles
-from context_engine.proxy.engine.breakpoints import restore
+from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, restore
 from context_engine.proxy.engine.context import RequestContext
-from context_engine.proxy.engine.contract import Embedder, Prefetching, Registry, Rule, RuleDeps
+from context_engine.proxy.engine.contract import (
+    Embedder,
+    Embedding,
+    Prefetching,
+    Registry,
+    Rule,
+    RuleDeps,
+)
 from context_engine.proxy.engine.lanes import (
     BackgroundLane,
     LaneClosed,
@@ -57,7 +64,10 @@ class Engine:
         # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
         self.pipelines = {"default": self.pipeline, "off": Pipeline([], self.stats)} | ({} if rules is not None else {
             name: Pipeline(s.build_rules(self.deps, registry), self.stats)
-            for name, s in profiles.variants(settings).items()})
+            for name, s in profiles.variants(settings, settings.lossless(registry)).items()})
+        # auto breakpoints: the block layout of each pipeline's rules, else the default one's
+        fallback = self.pipeline.blocks()
+        self.blocks = {name: p.blocks() or fallback for name, p in self.pipelines.items()}
         for name in ("o200k_base", "cl100k_base"):  # load encodings now, not on a first request
             get_encoding(name)
         # Rules are CPU work: the server runs them off its event loop (``context_engine.proxy.engine.lanes``), one
@@ -171,9 +181,9 @@ class Engine:
         return done
 
     def embedded(self) -> int:
-        """Texts this process has sent to an embedder (the rules that embed keep a ``cache``)."""
+        """Texts this process has sent to an embedder (the rules offering ``Embedding``)."""
         rules = {id(r): r for p in self.pipelines.values() for r in p.rules}.values()
-        return sum(int(getattr(getattr(r, "cache", None), "embedded", 0) or 0) for r in rules)
+        return sum(r.embedded() for r in rules if isinstance(r, Embedding))
 
     def lane_stats(self) -> dict[str, int]:
         return {"workers": self.requests.workers, "queued": self.requests.queued,
@@ -237,19 +247,17 @@ class Engine:
         ``context_recall`` is offered (``can_offer``: the API and the client allow it).
         ``caller`` is the caller's scope: originals are stored and recalled per caller."""
         ctx, counter, fallback = self._context(body, session_id, caller)
-        pipeline = self.pipelines.get(profiles.pick(self.settings, ctx.model, choice), self.pipeline)
+        name = profiles.pick(self.settings, ctx.model, choice)
+        pipeline = self.pipelines.get(name, self.pipeline)
         result = await pipeline.run(ctx, counter, deadline)
         auto = self.settings.cache.auto_breakpoints
         if (result.changed or auto) and not result.failed_open:
-            opts = self.settings.rule_options.get("retrieve", {})
             sent = result.ctx.messages if result.changed else list(result.ctx.messages)
-            marked, _ = restore(body["messages"], sent, auto,
-                                int(opts.get("window", 4)), int(opts.get("block", 4)))
+            marked, _ = restore(body["messages"], sent, auto, *(self.blocks.get(name) or AUTO_BLOCKS))
             if marked is not sent:
                 result.ctx = result.ctx.replace(messages=marked)
-        zones = next((r for r in pipeline.rules if getattr(r, "name", "") == "zones"), None)
         state = apply_recall(self.settings.recall, self.store, body["messages"], result, counter,
-                             session_id, can_offer, zones)
+                             session_id, can_offer, pipeline.fencing(result.ctx.notes))
         return Rewrite(result, counter.encoding, fallback, state)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context_engine.proxy.engine.context import JournalEntry, RequestContext
-from context_engine.proxy.engine.contract import Rule
+from context_engine.proxy.engine.contract import ClosedBlocks, Fencing, Rule
 from context_engine.proxy.engine.invariants import rewrite_problems
 
 log = logging.getLogger("context_engine.pipeline")
@@ -78,6 +78,15 @@ class Pipeline:
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.rules]
+
+    def fencing(self, notes: dict[str, Any]) -> Fencing | None:
+        """The first rule offering ``Fencing`` that ran on a request with these ``notes``."""
+        return next((r for r in self.rules if isinstance(r, Fencing) and r.name in notes), None)
+
+    def blocks(self) -> tuple[int, int] | None:
+        """``(window, block)`` of the last rule offering ``ClosedBlocks`` (None: no rule does)."""
+        offered = [r.blocks() for r in self.rules if isinstance(r, ClosedBlocks)]
+        return offered[-1] if offered else None
 
     async def run(self, ctx: RequestContext, counter: Any,
                   deadline: float | None = None) -> PipelineResult:

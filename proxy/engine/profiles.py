@@ -28,13 +28,6 @@ from typing import Any
 HEADER = "x-context-engine-rules"
 CHOICES = ("off", "lossless", "default")
 PROMPT_CACHE_KEYS = ("off", "session")
-# lossless: rules and options that change the form of the context, never its facts
-LOSSLESS_RULES = ("fold_duplicates", "tool_json")
-LOSSLESS_OPTIONS: dict[str, dict[str, Any]] = {
-    "fold_duplicates": {"acks": False, "superseded": False, "near_jaccard": 0.0},
-    "tool_json": {"drop_defaults": False, "templates": False, "max_chars": 0,
-                  "learned_templates": False, "stub_unused": False},
-}
 
 
 @dataclass(frozen=True)
@@ -123,14 +116,17 @@ def rules_choice(headers: Mapping[str, str]) -> str | None:
     return value
 
 
-def variants(settings: Any) -> dict[str, Any]:
-    """Settings of every pipeline the engine builds: ``lossless`` and ``profile:<i>``."""
+def variants(settings: Any, lossless: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Settings of every pipeline the engine builds: ``lossless`` and ``profile:<i>``.
+    ``lossless`` maps each rule that declares the contract's ``Lossless`` to the options
+    it runs with there (over the configured ones): the enabled ones of them, in order,
+    change the form of the context, never its facts."""
     out = {}
-    rules = tuple(r for r in settings.rules if r in LOSSLESS_RULES)
-    lossless = {k: dict(v) for k, v in settings.rule_options.items()}
-    for name, opts in LOSSLESS_OPTIONS.items():
-        lossless.setdefault(name, {}).update(opts)
-    out["lossless"] = dataclasses.replace(settings, rules=rules, rule_options=lossless)
+    rules = tuple(r for r in settings.rules if r in lossless)
+    options = {k: dict(v) for k, v in settings.rule_options.items()}
+    for name, opts in lossless.items():
+        options.setdefault(name, {}).update(opts)
+    out["lossless"] = dataclasses.replace(settings, rules=rules, rule_options=options)
     for i, p in enumerate(settings.profiles):
         out[f"profile:{i}"] = dataclasses.replace(
             settings, rules=settings.rules if p.rules is None else p.rules, rule_options=p.rule_options)

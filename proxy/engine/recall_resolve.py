@@ -6,7 +6,7 @@ does not show in full). The answer comes from this request's own messages first 
 client resends its history), then, for an ``orig:`` id this request's markers name, from
 the caller's own part of the store (``originals.store_key``). Nothing outside the
 caller's request and markers is reachable: another caller's ids are "not found". A bad or unknown id answers a short "not found" line,
-never an error. When ``zones`` ran, the answer is fenced as a tool zone.
+never an error. When a rule offering ``Fencing`` (``zones``) ran, the answer is fenced.
 
 Limits (``resolve_calls``): the calls of one reply are resolved together in the request
 lane (``engine.lanes``), never on the event loop; past ``max_calls`` a call answers "too

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from context_engine.proxy.engine.contract import Fencing
 from context_engine.proxy.engine.pipeline import PipelineResult
 from context_engine.proxy.engine.recall_marks import mark
 from context_engine.proxy.engine.recall_options import RecallOptions
@@ -34,8 +35,9 @@ class RecallState:
 
 def apply_recall(options: RecallOptions, store: Store, original: list[Any], result: PipelineResult,
                  counter: TokenCounter, session_id: str, can_offer: bool,
-                 zones: Any = None) -> RecallState | None:
-    """Mark ``result`` (in place: its messages and ``tokens_after``) and decide the tool."""
+                 fencing: Fencing | None = None) -> RecallState | None:
+    """Mark ``result`` (in place: its messages and ``tokens_after``) and decide the tool;
+    recalled text is fenced by ``fencing`` (a rule that fenced this request's data)."""
     if not options.enabled or result.failed_open:
         return None
     sent = list(result.ctx.messages)
@@ -46,8 +48,8 @@ def apply_recall(options: RecallOptions, store: Store, original: list[Any], resu
             - sum(counter.message(m) for m in sent if id(m) not in new)
         result.ctx = result.ctx.replace(messages=marked.messages)
     fence: Callable[[str], str] | None = None
-    if zones is not None and "zones" in result.ctx.notes and callable(getattr(zones, "fence", None)):
-        fence = functools.partial(zones.fence, session_id)  # recalled text as a tool zone
+    if fencing is not None:
+        fence = functools.partial(fencing.fence, session_id)
     scope = RecallScope(original, set(marked.ids), marked.hidden, store, fence, options.max_chars,
                         result.ctx.caller, options.max_total_chars)
     return RecallState(can_offer and _session_on(store, session_id, marked.lossy), scope)

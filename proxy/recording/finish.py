@@ -1,5 +1,8 @@
 """After the response: shadow rewrites, context metrics, the ledger row and /metrics.
 
+The edge hands over the request's parts (``proxy/recording/row_parts.py``); the row is
+assembled from them, the finisher's own (``Measured``) and the bill's, once, when recorded.
+
 All of it runs once the response body has been sent: shadow rewrites in the rules'
 background lane (so they never hold up the event loop or a request); what grows with the
 body (context metrics, the bill estimate's signatures and token counts) in one finishing
@@ -18,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 from typing import Any, Protocol
 
-from context_engine.proxy.billing.estimate import BillEstimator
+from context_engine.proxy.billing.estimate import BillEstimate, BillEstimator
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
 from context_engine.proxy.recording.context_metrics import (
@@ -31,6 +35,14 @@ from context_engine.proxy.recording.context_metrics import (
     utilization,
 )
 from context_engine.proxy.recording.ledger import Ledger, LedgerRow
+from context_engine.proxy.recording.row_parts import (
+    Answered,
+    Measured,
+    Received,
+    Rewritten,
+    assemble,
+    bill_facts,
+)
 
 log = logging.getLogger("context_engine.finish")
 
@@ -50,29 +62,6 @@ MAX_MEASURE_BACKLOG = 64  # rows waiting to be measured; beyond it, recorded unm
 MAX_MEASURE_BYTES = 64 * 1024 * 1024  # request body bytes those rows may hold
 UNMEASURED = "finish backlog full"
 REFUSED = frozenset({401, 403})  # the upstream refused the caller: no reply, nothing billed
-
-
-def fill_from_rewrite(row: LedgerRow, rewrite: Rewrite | None) -> None:
-    if rewrite is None:
-        row.failed_open = True
-        return
-    res = rewrite.result
-    row.encoding, row.encoding_fallback = rewrite.encoding, rewrite.encoding_fallback
-    row.tokens_original, row.tokens_sent = res.tokens_before, res.tokens_after
-    row.failed_open = res.failed_open
-    row.rule_errors = sum(1 for j in res.journal if j.error)
-    if not res.failed_open:
-        row.rule_savings = {j.rule: j.saved for j in res.journal}
-    row.journal = [{"rule": j.rule, "before": j.tokens_before, "after": j.tokens_after,
-                    "ms": round(j.ms, 3), "note": j.note, "error": j.error} for j in res.journal]
-    memory = res.ctx.memory
-    if memory is not None:
-        row.context = memory.columns()
-        if memory.oscillation is not None:
-            row.oscillation = float(memory.oscillation)
-    row.context["kind"] = res.ctx.kind
-    if res.ctx.compaction is not None:
-        row.context["compaction"] = res.ctx.compaction.columns()
 
 
 class Finisher:
@@ -96,51 +85,63 @@ class Finisher:
     def begin(self) -> None:
         self.unfinished += 1
 
-    def schedule(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                 usage: Answer, shadow: bool, size: int = 0) -> None:
-        """Finish ``row`` after the response; ``size`` is its request body's length."""
+    def schedule(self, received: Received, rewritten: Rewritten, answered: Answered,
+                 data: dict[str, Any], rewrite: Rewrite | None, usage: Answer, shadow: bool,
+                 size: int = 0) -> None:
+        """Finish the request's row after the response; ``size`` is its request body's length."""
         measure = self.measure_backlog < self.max_measure_backlog and \
             (self.measure_bytes == 0 or self.measure_bytes + size <= self.max_measure_bytes)
-        if row.status in REFUSED:  # nothing to measure (a keyless caller's huge body, say)
-            row.context["unmeasured"], measure, shadow = "refused", False, False
+        unmeasured, skipped = "", ""
+        if answered.status in REFUSED:  # nothing to measure (a keyless caller's huge body, say)
+            unmeasured, measure, shadow = "refused", False, False
         if (shadow and self.shadow_backlog >= self.max_shadow_backlog) or (shadow and not measure):
             self.skipped_shadow += 1
             shadow = False
-            row.error = row.error or "shadow skipped: backlog full"
+            skipped = "shadow skipped: backlog full"
         self.shadow_backlog += shadow
         if measure:
             self.measure_backlog, self.measure_bytes = self.measure_backlog + 1, self.measure_bytes + size
-        elif "unmeasured" not in row.context:  # the body is let go now; the row is recorded as it is
+        elif not unmeasured:  # the body is let go now; the row is recorded as it is
             self.skipped_measure += 1
-            row.context["unmeasured"] = UNMEASURED
+            unmeasured = UNMEASURED
+        noted = Measured(context={"unmeasured": unmeasured} if unmeasured else {}, error=skipped)
         task = asyncio.get_running_loop().create_task(
-            self._finish(row, data, rewrite, usage, shadow, size) if measure else self._record(row))
+            self._finish(received, rewritten, answered, data, rewrite, usage, shadow, size, noted)
+            if measure else self._record(self._row(received, rewritten, answered, noted)))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
         self._scheduled.set()
 
-    async def _finish(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                      usage: Answer, shadow: bool, size: int) -> None:
+    def _row(self, received: Received, rewritten: Rewritten, answered: Answered,
+             measured: Measured, bill: BillEstimate | None = None) -> LedgerRow:
+        replica = self.ledger.replica if self.ledger is not None else ""
+        return assemble(received, rewritten, answered, measured, bill, replica)
+
+    async def _finish(self, received: Received, rewritten: Rewritten, answered: Answered,
+                      data: dict[str, Any], rewrite: Rewrite | None, usage: Answer, shadow: bool,
+                      size: int, noted: Measured) -> None:
         try:
             if shadow:
                 try:
-                    rewrite = await _shadow_rewrite(self.engine, data, row.session)
+                    rewrite = await _shadow_rewrite(self.engine, data, received.session)
                 except asyncio.CancelledError:  # shutting down (``stop``): the row still goes
-                    rewrite, row.error = None, row.error or "shadow skipped: shutting down"
+                    rewrite = None
+                    noted = dataclasses.replace(noted, error=noted.error or "shadow skipped: shutting down")
                 finally:
                     self.shadow_backlog -= 1
-                fill_from_rewrite(row, rewrite)
+                rewritten = Rewritten.of(rewrite, rewritten)
         except Exception:  # the edge: metrics never lose the ledger row
             log.exception("finishing a request failed")
+        measured, bill = noted, None
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._worker, self._measure, row, data, rewrite, usage)
+            measured, bill = await asyncio.get_running_loop().run_in_executor(
+                self._worker, self._measure, received, rewritten, answered, data, rewrite, usage, noted)
         except RuntimeError:  # the worker is shut down (closing): the row goes as it is
             log.warning("finishing thread closed; row recorded without its context metrics")
         finally:
             self.measure_backlog -= 1
             self.measure_bytes -= size
-        await self._record(row)
+        await self._record(self._row(received, rewritten, answered, measured, bill))
 
     async def _record(self, row: LedgerRow) -> None:
         try:
@@ -153,25 +154,30 @@ class Finisher:
         finally:
             self.unfinished -= 1
 
-    def _measure(self, row: LedgerRow, data: dict[str, Any], rewrite: Rewrite | None,
-                 usage: Answer) -> None:
+    def _measure(self, received: Received, rewritten: Rewritten, answered: Answered,
+                 data: dict[str, Any], rewrite: Rewrite | None, usage: Answer,
+                 noted: Measured) -> tuple[Measured, BillEstimate | None]:
         """Context metrics and the bill estimate (the finishing thread)."""
+        measured, bill = noted, None
         try:
             messages = rewrite.result.ctx.messages if rewrite is not None else data["messages"]
-            row.utilization = utilization(data_segments(messages), usage.text)
-            injected = row.context.get("injected")
-            if row.oscillation is None and isinstance(injected, list) and injected:
-                row.oscillation = self.oscillation.observe(row.session, map(str, injected))
+            measured = dataclasses.replace(measured, utilization=utilization(data_segments(messages), usage.text))
+            injected = rewritten.context.get("injected")
+            if rewritten.oscillation is None and isinstance(injected, list) and injected:
+                measured = dataclasses.replace(
+                    measured, oscillation=self.oscillation.observe(received.session, map(str, injected)))
             memory = data_segments(m for m in messages if text_of(m).startswith(MEMORY_HEADER))
             if memory and usage.text:
-                row.context["retrieval_hit"] = bool(utilization(memory, usage.text))
-            row.tool_retries = tool_retries(data["messages"])
+                measured = dataclasses.replace(measured, context={
+                    **measured.context, "retrieval_hit": bool(utilization(memory, usage.text))})
+            measured = dataclasses.replace(measured, tool_retries=tool_retries(data["messages"]))
         except Exception:  # the edge: metrics never lose the ledger row
             log.exception("finishing a request failed")
         try:
-            self.bill.observe(row, data, rewrite, usage.notes)
+            bill = self.bill.observe(bill_facts(received, rewritten, answered), data, rewrite, usage.notes)
         except Exception:  # the edge: the estimate never loses the ledger row
             log.exception("estimating the bill failed")
+        return measured, bill
 
     async def drain(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (called from sync shutdown code too)
         """Wait for the finishing tasks (at most ``timeout`` s); False if some are left."""

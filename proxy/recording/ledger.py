@@ -9,6 +9,7 @@ Ledgers written by an older version gain the new columns when opened.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -43,8 +44,10 @@ CREATE INDEX IF NOT EXISTS requests_session ON requests(session);
 """
 
 
-@dataclass
+@dataclass(frozen=True)
 class LedgerRow:
+    """One request's row, built once (``proxy/recording/row_parts.py``'s ``assemble``)."""
+
     session: str = ""
     model: str = ""
     mode: str = "rewrite"
@@ -181,7 +184,7 @@ class Ledger(RowWriter):
 
     def record(self, row: Any) -> None:
         if isinstance(row, LedgerRow) and not row.replica:
-            row.replica = self.replica
+            row = dataclasses.replace(row, replica=self.replica)
         super().record(row)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from context_engine.proxy.recording.ledger import LedgerRow
+from context_engine.proxy.recording.ledger import Ledger, LedgerRow
 from context_engine.proxy.sanitize import MAX_MODEL_CHARS
 
 log = logging.getLogger("context_engine.tracing")
@@ -115,8 +115,9 @@ class RequestTracer:
 class TracedLedger:
     """Records each row in ``ledger``, then emits its span; a failing tracer is only logged."""
 
-    def __init__(self, ledger: Any, tracer: RequestTracer) -> None:
+    def __init__(self, ledger: Ledger, tracer: RequestTracer) -> None:
         self.ledger, self.tracer = ledger, tracer
+        self.replica = ledger.replica  # the finisher assembles rows with it
 
     def record(self, row: LedgerRow) -> None:
         self.ledger.record(row)

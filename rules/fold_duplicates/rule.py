@@ -112,6 +112,7 @@ class _Work:
 class FoldDuplicates:
     name = "fold_duplicates"
     Config = FoldDuplicatesConfig
+    lossless = {"acks": False, "superseded": False, "near_jaccard": 0.0}  # repeats only (Lossless)
 
     def __init__(self, config: FoldDuplicatesConfig, deps: RuleDeps) -> None:
         self.config = config

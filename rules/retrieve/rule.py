@@ -125,6 +125,14 @@ class Retrieve:
                                    config.neighbour_decay, config.name_blind, config.date_boost)
         log.info("retrieve: embedder %s", self.embedder.name)
 
+    def embedded(self) -> int:
+        """Texts sent to the embedder (the contract's ``Embedding``)."""
+        return self.cache.embedded
+
+    def blocks(self) -> tuple[int, int]:
+        """``(window, block)``: turns leave in closed blocks (the contract's ``ClosedBlocks``)."""
+        return self.config.window, self.config.block
+
     def _chunks(self, msgs: list[Any], start: int, end: int, keep: frozenset[int]) -> list[Chunk]:
         return chunk_messages(msgs, start, end, self.config.max_chunk_chars,
                               (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars)

@@ -144,6 +144,9 @@ class ToolJsonConfig:
 class ToolJson:
     name = "tool_json"
     Config = ToolJsonConfig
+    # the contract's ``Lossless``: notation only, no templates, stubs or clipping
+    lossless = {"drop_defaults": False, "templates": False, "max_chars": 0,
+                "learned_templates": False, "stub_unused": False}
 
     def __init__(self, config: ToolJsonConfig, deps: RuleDeps) -> None:
         self.config = config

@@ -136,7 +136,7 @@ class Zones:
         return session_marker(self.secret, session_id, self.config.marker_digits)
 
     def fence(self, session_id: str, text: str) -> str:
-        """``text`` as a tool zone of the session (recalled text, ``proxy/recall``)."""
+        """``text`` as a tool zone of the session (the contract's ``Fencing``: recalled text)."""
         return _wrap_text(text, "tool", self.marker(session_id))[0]
 
     async def apply(self, ctx: RequestContext) -> RequestContext:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -17,6 +14,7 @@ from context_engine.proxy.engine.messages import SUMMARY_HEADER
 from context_engine.rules.summarize.llm import LiteLLMSummarizer, parse_slots, transcript
 from context_engine.rules.summarize.rule import Summarize, SummarizeConfig
 from context_engine.rules.summarize.slots import Slots
+from tests.fakes.upstreams import ChatUpstream, completion
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps
 
 SLOT_JSON = {"confirmed_facts": ["user id mia_li_3668", "flight HAT069 on 2024-05-20"],
@@ -24,47 +22,18 @@ SLOT_JSON = {"confirmed_facts": ["user id mia_li_3668", "flight HAT069 on 2024-0
              "revocations": []}
 
 
-class Upstream(BaseHTTPRequestHandler):
-    """Plays an OpenAI chat-completions endpoint; ``server.reply`` picks the behaviour."""
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append(body)  # type: ignore[attr-defined]
-        mode = self.server.reply  # type: ignore[attr-defined]
-        if mode == "slow":
-            time.sleep(1.5)
-        content = json.dumps(SLOT_JSON) if mode in ("slots", "slow") else "Sorry, I cannot."
-        payload = json.dumps({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "mock",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-        }).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (the timeout case)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+async def _answer(up: ChatUpstream, body: dict[str, Any]) -> dict[str, Any]:
+    """Slots as JSON (``mode`` ``slots``, or ``slow``: 1.5 s late), else prose."""
+    if up.mode == "slow":
+        await asyncio.sleep(1.5)
+    return completion(json.dumps(SLOT_JSON) if up.mode in ("slots", "slow") else "Sorry, I cannot.")
 
 
 @pytest.fixture()
-def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadingHTTPServer]:
+def upstream(monkeypatch: pytest.MonkeyPatch) -> Iterator[ChatUpstream]:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    server.daemon_threads = True
-    server.requests = []  # type: ignore[attr-defined]
-    server.reply = "slots"  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with ChatUpstream(_answer, mode="slots") as server:
+        yield server
 
 
 def chat() -> list[dict]:
@@ -79,9 +48,9 @@ def chat() -> list[dict]:
 
 # a generous timeout where the model answers: under a loaded CI machine the first call
 # (litellm imported lazily inside it) took over 10 s and fell back, failing the test
-def summarize_with(server: ThreadingHTTPServer, timeout: float = 60.0) -> Any:
+def summarize_with(server: ChatUpstream, timeout: float = 60.0) -> Any:
     config = SummarizeConfig(min_tokens=0, window=2, block=4, summary_model="openai/mock-model",
-                             summary_api_base=f"http://127.0.0.1:{server.server_port}/v1",
+                             summary_api_base=server.url + "/v1",
                              summary_timeout=timeout)
     rule = Summarize(config, make_deps())
     return asyncio.run(rule.apply(make_ctx(chat())))
@@ -101,7 +70,7 @@ def test_the_model_fills_the_slots_once_per_block(upstream):
 
 @pytest.mark.parametrize("mode,timeout", [("prose", 60.0), ("slow", 0.3)])
 def test_bad_json_or_a_timeout_falls_back_to_the_rules(upstream, mode, timeout):
-    upstream.reply = mode
+    upstream.mode = mode
     out = summarize_with(upstream, timeout)
     rules = Summarize(SummarizeConfig(min_tokens=0, window=2, block=4), make_deps())
     rules_only = asyncio.run(rules.apply(make_ctx(chat())))

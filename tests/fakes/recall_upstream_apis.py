@@ -1,4 +1,4 @@
-"""The recall upstream (tests/recall_upstream.py) on the Responses API and Anthropic Messages.
+"""The recall upstream (tests/fakes/recall_upstream.py) on the Responses API and Anthropic Messages.
 
 The same script (``decide``, by model name) reads the request through the proxy's own
 adapters (the neutral view) and answers in each API's real shape, as a JSON body or as
@@ -23,7 +23,8 @@ from context_engine.proxy.adapters import anthropic as anthropic_adapter
 from context_engine.proxy.adapters import responses as responses_adapter
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.recall.wire import tool_name
-from tests.recall_upstream import decide
+from tests.fakes.recall_upstream import decide
+from tests.fakes.upstreams import ANTHROPIC_BOOM, BOOM
 
 LEAD = "Let me check. "
 
@@ -135,8 +136,7 @@ class RecallApisUpstream(ServerThread):
             text, calls, prompt = _neutral(body, raw, "responses")
             last = (body.get("input") or [{}])[-1]
             if failing(body, isinstance(last, dict) and last.get("type") == "function_call_output"):
-                return Response(b'{"error": {"message": "boom", "type": "server_error"}}', status_code=500,
-                                media_type="application/json")
+                return Response(BOOM, status_code=500, media_type="application/json")
             resp, items = responses_reply(body, f"resp_{next(ids)}", text, calls, prompt)
             if body.get("stream"):
                 data = responses_stream(resp, text, items)
@@ -154,8 +154,7 @@ class RecallApisUpstream(ServerThread):
             text, calls, prompt = _neutral(body, raw, "anthropic")
             last = body["messages"][-1]["content"]
             if failing(body, isinstance(last, list) and str(last[0].get("tool_use_id")).startswith("call_r")):
-                return Response(b'{"type": "error", "error": {"type": "api_error", "message": "boom"}}',
-                                status_code=500, media_type="application/json")
+                return Response(ANTHROPIC_BOOM, status_code=500, media_type="application/json")
             blocks = [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
                        "input": json.loads(c["function"]["arguments"])} for c in calls]
             msg = {"id": f"msg_{next(ids)}", "type": "message", "role": "assistant",

@@ -45,6 +45,7 @@ from starlette.routing import Route
 
 from context_engine.proxy.demo.mock_upstream import ServerThread
 from context_engine.proxy.engine.originals import REFERENCE
+from tests.fakes.upstreams import BOOM, completion
 
 TURN = re.compile(r"\[context-engine:recall\] turns from #(\d+)")
 
@@ -171,8 +172,7 @@ class RecallUpstream(ServerThread):
 
         async def reply(request: Request, body: dict[str, Any]) -> Response:
             if body.get("model") == "recall-fail" and body["messages"][-1].get("role") == "tool":
-                return Response(b'{"error": {"message": "boom", "type": "server_error"}}',
-                                status_code=500, media_type="application/json")
+                return Response(BOOM, status_code=500, media_type="application/json")
             text, calls = decide(body)
             if body.get("stream"):
                 raw = stream_bytes(body, text, calls)
@@ -183,11 +183,9 @@ class RecallUpstream(ServerThread):
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 message["tool_calls"] = calls
-            raw = json.dumps({"id": "chatcmpl-r", "object": "chat.completion", "created": 1,
-                              "model": body.get("model"), "x_extra": {"kept": True},
-                              "choices": [{"index": 0, "message": message,
-                                           "finish_reason": "tool_calls" if calls else "stop"}],
-                              "usage": _usage(body)}).encode()
+            raw = json.dumps(completion(message, body.get("model"), _usage(body),
+                                        "tool_calls" if calls else "stop", id="chatcmpl-r",
+                                        created=1, x_extra={"kept": True})).encode()
             self.responses.append(raw)
             return Response(raw, media_type="application/json")
 
