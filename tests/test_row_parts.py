@@ -47,13 +47,16 @@ def test_every_column_comes_from_the_part_that_knows_it():
         row.status = 500  # type: ignore[misc]
 
 
-def test_long_memory_columns_replace_the_notes_received_as_before():
+def test_long_memory_columns_sit_beside_the_notes_received():
+    """A Responses request that continues server-held history keeps ``server_state`` when
+    long memory is added, so the bill estimate does not price it as a whole new prefix
+    (before, memory's columns replaced the notes)."""
     memory = MemoryFigures(["a"], [0.9], 3, 12, oscillation=0.25)
     received = Received(notes={"server_state": "conversation"})
     row = assemble(received, Rewritten.of(rewrite(memory)), Answered(200))
-    assert "server_state" not in row.context and row.context["injected"] == ["a"]
+    assert row.context["server_state"] == "conversation" and row.context["injected"] == ["a"]
     assert row.oscillation == 0.25
-    assert not bill_facts(received, Rewritten.of(rewrite(memory)), Answered(200)).server_state
+    assert bill_facts(received, Rewritten.of(rewrite(memory)), Answered(200)).server_state
 
 
 def test_failed_open_and_unspliced_rewrites():

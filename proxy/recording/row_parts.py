@@ -59,7 +59,6 @@ class Rewritten:
     rule_savings: Mapping[str, int] = field(default_factory=dict)
     journal: tuple[dict[str, Any], ...] = ()
     context: Mapping[str, Any] = field(default_factory=dict)
-    replaces_notes: bool = False  # long memory's columns replace the notes received
     oscillation: float | None = None
 
     @classmethod
@@ -86,7 +85,7 @@ class Rewritten:
                    encoding_fallback=rewrite.encoding_fallback,
                    rule_errors=sum(1 for j in res.journal if j.error),
                    rule_savings={} if res.failed_open else {j.rule: j.saved for j in res.journal},
-                   journal=journal, context=context, replaces_notes=memory is not None,
+                   journal=journal, context=context,
                    oscillation=None if oscillation is None else float(oscillation))
 
     def with_tool(self, tokens: int) -> Rewritten:
@@ -150,10 +149,9 @@ class Measured:
 
 
 def context_of(received: Received, rewritten: Rewritten, measured: Measured | None = None) -> dict[str, Any]:
-    """The row's ``context`` column: the notes received (unless long memory's columns
-    replace them), the rewrite's, then finishing's."""
-    out = {} if rewritten.replaces_notes else dict(received.notes)
-    return out | dict(rewritten.context) | dict(measured.context if measured else {})
+    """The row's ``context`` column: the notes received, the rewrite's (long memory's
+    columns among them), then finishing's."""
+    return dict(received.notes) | dict(rewritten.context) | dict(measured.context if measured else {})
 
 
 def bill_facts(received: Received, rewritten: Rewritten, answered: Answered) -> BillFacts:
