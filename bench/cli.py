@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the engine with these options changed, as system NAME "
                              "(repeatable; e.g. 'no-expansion:retrieve.expansion=0')")
     parser.add_argument("--api", choices=APIS, default="chat",
-                        help="wire format the cases are sent in (the engine runs through its adapter)")
+                        help="wire format the cases are sent in (the engine runs through its dialect)")
     parser.add_argument("--opaque", action="store_true",
                         help="--api responses|anthropic: add a reasoning/thinking item to every "
                              "assistant turn and count requests that kept them byte for byte")

@@ -1,7 +1,7 @@
 """``bench --api responses|anthropic``: the cases as another wire format.
 
 Each case's chat messages are written as a Responses or Anthropic Messages request and
-read back through that API's adapter, so every system sees the conversation as the
+read back through that API's dialect, so every system sees the conversation as the
 proxy sees it for that API. The project's engine runs the whole path of a request:
 wire bytes → adapter → rules → splice into the bytes → adapter again for measuring.
 ``--opaque`` adds a reasoning item (Responses) or a signed thinking block (Anthropic)
@@ -17,11 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_engine.bench.cases import Case
-from context_engine.proxy.adapters import ADAPTERS
+from context_engine.proxy.dialects.registry import BY_NAME
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.engine.messages import system_prefix_len
 from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
-from context_engine.proxy.recall.wires import WIRES
 
 APIS = ("chat", "responses", "anthropic")
 
@@ -120,7 +119,7 @@ def strip(messages: list[Any], keys: tuple[str, ...] = (SRC,)) -> list[Any]:
 
 
 def neutral(api: str, raw: bytes) -> tuple[list[Any], Any]:
-    parsed = ADAPTERS[api].parse(raw)
+    parsed = BY_NAME[api].parse(raw)
     return strip(parsed.chat["messages"]), parsed.chat.get("tools")
 
 
@@ -146,11 +145,11 @@ class _WireSession:
         from context_engine.bench.systems import Outcome
 
         raw = to_wire(self.api, self.inner.model, messages, tools)
-        parsed = ADAPTERS[self.api].parse(raw)
+        parsed = BY_NAME[self.api].parse(raw)
         start = time.perf_counter()
         rw = await self.inner.engine.rewrite(
             parsed.chat, self.inner.session_id,
-            can_offer=self.inner.recall or WIRES[self.api].can_offer(parsed.data))
+            can_offer=self.inner.recall or BY_NAME[self.api].recall.can_offer(parsed.data))
         out_raw = raw
         if rw.result.changed:
             try:

@@ -1,4 +1,4 @@
-"""The translation memo (proxy/adapters/memo.py): a request that shares its first items
+"""The translation memo (proxy/dialects/memo.py): a request that shares its first items
 with an earlier one reuses their translation, and the result is exactly what a fresh
 translation gives, for growing histories (item by item, so Responses' assistant runs
 grow across requests), retries with a new last item, and any JSON layout."""
@@ -10,8 +10,9 @@ import json
 import pytest
 
 from context_engine.bench.wire import to_anthropic, to_responses
-from context_engine.proxy.adapters import anthropic, responses
-from context_engine.proxy.adapters.memo import KEY, TranslationMemo, last_item_start
+from context_engine.proxy.dialects.anthropic import request as anthropic
+from context_engine.proxy.dialects.memo import KEY, TranslationMemo, last_item_start
+from context_engine.proxy.dialects.responses import request as responses
 
 MODULES = {"responses": responses, "anthropic": anthropic}
 ARRAY = {"responses": "input", "anthropic": "messages"}

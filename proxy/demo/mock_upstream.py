@@ -33,11 +33,11 @@ from starlette.responses import JSONResponse as StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from context_engine.proxy.adapters.anthropic import parse as parse_anthropic
-from context_engine.proxy.adapters.responses import parse as parse_responses
 from context_engine.proxy.demo import mock_apis
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
 from context_engine.proxy.demo.server_thread import ServerThread as ServerThread  # re-exported
+from context_engine.proxy.dialects.anthropic.request import parse as parse_anthropic
+from context_engine.proxy.dialects.responses.request import parse as parse_responses
 from context_engine.proxy.engine.prefix import strip_marks
 from context_engine.proxy.engine.tokens import TokenCounter
 

@@ -8,7 +8,7 @@ from context_engine.bench.cases import Case, Probe
 from context_engine.bench.runner import run_replay, run_single, summarize
 from context_engine.bench.systems import build_systems, engine_settings
 from context_engine.bench.wire import WireSystem, convert_case, to_wire
-from context_engine.proxy.adapters import ADAPTERS
+from context_engine.proxy.dialects.registry import BY_NAME
 from context_engine.proxy.engine.tokens import TokenCounter
 from tests.bench.conftest import agent_messages
 
@@ -25,7 +25,7 @@ def _case(api, opaque=False):
 def test_conversion_round_trips_through_the_adapter(api):
     case = _case(api, opaque=True)
     raw = to_wire(api, "gpt-4o", case.messages, case.tools)
-    parsed = ADAPTERS[api].parse(raw)
+    parsed = BY_NAME[api].parse(raw)
     assert parsed.splice(list(parsed.chat["messages"])) == raw
     assert (b'"reasoning"' if api == "responses" else b'"thinking"') in raw
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from context_engine.proxy.adapters.anthropic_turns import Out, valid_turns
-from context_engine.proxy.adapters.base import (
+from context_engine.proxy.dialects.anthropic.turns import Out, valid_turns
+from context_engine.proxy.dialects.base import (
     Container,
     Group,
     Parsed,
@@ -32,16 +32,16 @@ from context_engine.proxy.adapters.base import (
     plain_text,
     rebuild_units,
 )
-from context_engine.proxy.adapters.jsonspan import (
+from context_engine.proxy.dialects.jsonspan import (
     array_spans,
     decode_request,
     replace_spans,
     value_start,
 )
-from context_engine.proxy.adapters.memo import TranslationMemo
+from context_engine.proxy.dialects.memo import TranslationMemo
 from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.prefix import MARK
-from context_engine.proxy.errors import BadRequest, ProxyError, anthropic_body
+from context_engine.proxy.errors import BadRequest
 
 CONTENT = {"text", "image", "document", "search_result"}
 # block type -> unit kind, per role (anything else is opaque)
@@ -52,11 +52,6 @@ TEXT = ("text",)
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
 MEMO = TranslationMemo()
-
-
-def error_body(exc: ProxyError) -> bytes:
-    """The proxy's own errors in Anthropic's shape."""
-    return anthropic_body(exc.status, exc.message)
 
 
 def _check(data: dict[str, Any]) -> None:
@@ -282,5 +277,6 @@ class MessagesRequest:
         return known
 
 
-def parse(raw: bytes) -> Parsed:
+def parse(raw: bytes, path: str = "") -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body)."""
     return MessagesRequest(raw).parsed()

@@ -1,5 +1,6 @@
-"""A conversation request (chat completions, Responses, Anthropic Messages): read,
-validate, rewrite, forward, relay, record. The adapter translates the wire format.
+"""A conversation request, in any dialect (``proxy.dialects``): read, validate, rewrite,
+forward, relay, record. The dialect translates the wire format and everything else the
+API says its own way; nothing here asks which API it serves.
 
 Fail open at run time: any problem in the rewrite sends the client's original bytes.
 Errors of the proxy's own (bad body, upstream unreachable) answer in the API's own
@@ -16,22 +17,29 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from context_engine.proxy.adapters import CHAT, Adapter
-from context_engine.proxy.adapters.base import Parsed
+from context_engine.proxy.dialects.base import Parsed
+from context_engine.proxy.dialects.dialect import Dialect
+from context_engine.proxy.dialects.recall_wire import tool_tokens
+from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.tags import tags
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
-from context_engine.proxy.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
+from context_engine.proxy.errors import (
+    BadRequest,
+    ProxyError,
+    ServerBusy,
+    UpstreamBroken,
+    error_response,
+)
 from context_engine.proxy.recall.loop import Recall, answer
-from context_engine.proxy.recall.stream import RecallStream, readable
-from context_engine.proxy.recall.tool import tool_tokens
-from context_engine.proxy.recall.wires import WIRES
+from context_engine.proxy.recall.stream import RecallStream
 from context_engine.proxy.recording.finish import Finisher, fill_from_rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.sanitize import model_name
 from context_engine.proxy.settings import Settings
+from context_engine.proxy.transport.decoding import readable
 from context_engine.proxy.transport.intake import Intake, Ticket, off_loop
 from context_engine.proxy.transport.relay import relay
 from context_engine.proxy.transport.upstream import (
@@ -40,7 +48,6 @@ from context_engine.proxy.transport.upstream import (
     request_headers,
     response_headers,
 )
-from context_engine.proxy.transport.usage_tap import Usage
 
 log = logging.getLogger("context_engine.chat")
 
@@ -51,12 +58,14 @@ def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[
         (b"accept-encoding", encodings.encode())]
 
 
-class ChatCompletions:
+class Conversation:
+    """The routes of one dialect."""
+
     def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
-                 adapter: Adapter = CHAT, intake: Intake | None = None,
+                 dialect: Dialect, intake: Intake | None = None,
                  keyless: KeylessRefusals | None = None) -> None:
-        self.adapter = adapter
-        self.wire = WIRES[adapter.name]
+        self.dialect = dialect
+        self.wire = dialect.recall
         self.engine = engine
         self.upstream = upstream
         self.finisher = finisher
@@ -78,13 +87,15 @@ class ChatCompletions:
     async def _handle(self, request: Request, ticket: Ticket) -> Response:
         t0, arrived = time.perf_counter(), time.time()
         headers = request_headers(request.headers.raw, kept_here(request.scope))
+        query = request.url.query
+        has_key = self.dialect.has_credential(headers, query)
         try:
-            url = self.upstream.url_for(request.scope)
+            url = self.upstream.url_for(request.scope, self.dialect.versioned_paths)
             raw = await self.intake.read(request, ticket)
             mode = modes.resolve(request.headers, self.settings.mode)
-            if self.keyless.skip(headers):  # the upstream will refuse it: not even parsed
+            if self.keyless.skip(has_key):  # the upstream will refuse it: not even parsed
                 return await self._refused(request, url, headers, raw, mode, t0, arrived)
-            body = await off_loop(len(raw), self.adapter.parse, raw)
+            body = await off_loop(len(raw), self.dialect.parse, raw, request.url.path)
         except ProxyError as exc:
             return self._error(exc)
         try:
@@ -100,7 +111,7 @@ class ChatCompletions:
             self.engine.stats.invariant_failures += 1
             row, rewrite, out = LedgerRow(session="-", model=model_name(body.data.get("model")),
                                           mode=mode, arm="passthrough", path=request.url.path,
-                                          failed_open=True, api=self.adapter.name), None, raw
+                                          failed_open=True, api=self.dialect.name), None, raw
         arm = row.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
             else None
@@ -126,7 +137,7 @@ class ChatCompletions:
             self.finisher.schedule(row, body.chat, rewrite, Usage(), shadow=False, size=len(raw))
             raise
         row.status = r.status_code
-        self.keyless.observe(headers, r.status_code)
+        self.keyless.observe(has_key, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             row.status = status
@@ -142,7 +153,7 @@ class ChatCompletions:
         extra = [(b"x-context-engine-tokens-before", str(row.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(row.tokens_sent).encode())]
         loop = None if recall is None or r.status_code != 200 else Recall(
-            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire,
+            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.dialect,
             lane=self.engine.requests, session=row.session,
             max_calls=self.settings.recall.max_calls, deadline_s=self.engine.deadline_s)
         if loop is not None:
@@ -156,17 +167,18 @@ class ChatCompletions:
                 return self._error(problem)
             return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
                                 self.settings.recall.max_held_bytes)
-        return await relay(r, started, extra, done, buffer=True,
-                           anthropic=self.adapter.name == "anthropic", coalesce_s=self.coalesce_s)
+        return await relay(r, started, extra, done, buffer=True, dialect=self.dialect,
+                           coalesce_s=self.coalesce_s)
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None,
                        offer: bool = False) -> tuple[LedgerRow, Rewrite | None, bytes]:
         """The ledger row, the rewrite (rewrite arm only) and the bytes to send upstream."""
-        sid = session_id(request.headers, body.chat["messages"], self.session_key)
+        secret = self.dialect.credential(request.headers, request.url.query)
+        sid = session_id(request.headers, body.chat["messages"], self.session_key, secret)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         row = LedgerRow(session=sid, model=model_name(body.chat.get("model")), mode=mode, arm=arm,
-                        path=request.url.path, stream=body.stream, api=self.adapter.name,
+                        path=request.url.path, stream=body.stream, api=self.dialect.name,
                         traceparent=request.headers.get("traceparent", "")[:128])
         row.agent, row.project = tags(request.headers)
         row.context.update(body.notes)
@@ -175,7 +187,7 @@ class ChatCompletions:
         if too_big and arm == "rewrite":
             row.context["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
-            caller = caller_hash(request.headers, self.session_key)
+            caller = caller_hash(request.headers, self.session_key, secret)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw))
             fill_from_rewrite(row, rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
@@ -184,7 +196,7 @@ class ChatCompletions:
             row.tokens_original = row.tokens_sent = await off_loop(len(raw), self.engine.count, body.chat)
         out = raw if rewrite is None or not rewrite.result.changed else await off_loop(
             len(raw), self._splice, body, rewrite, row, raw)
-        if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
+        if (self.settings.cache.prompt_cache_key == "session" and self.dialect.prompt_cache_key
                 and "prompt_cache_key" not in body.data):
             out = await off_loop(len(out), profiles.add_prompt_cache_key, out, sid)
         return row, rewrite, out
@@ -195,7 +207,7 @@ class ChatCompletions:
         (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
         self.finisher.begin()
         row = LedgerRow(session="-", model="", mode=mode, arm="bypass", path=request.url.path,
-                        api=self.adapter.name, context={"skipped": "no_credentials"},
+                        api=self.dialect.name, context={"skipped": "no_credentials"},
                         tokens_original=len(raw) // 4, tokens_sent=len(raw) // 4)
         row.ts, row.proxy_ms = arrived, (time.perf_counter() - t0) * 1000
         started = time.perf_counter()
@@ -209,19 +221,18 @@ class ChatCompletions:
             if isinstance(exc, ProxyError):
                 return self._error(exc)
             raise
-        self.keyless.observe(headers, r.status_code)
+        self.keyless.observe(False, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             row.status, row.upstream_ms, row.error = status, upstream_ms, error
             self.finisher.schedule(row, nothing, None, usage, shadow=False)
 
-        return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic",
+        return await relay(r, started, [], done, buffer=True, dialect=self.dialect,
                            coalesce_s=self.coalesce_s)
 
     def _error(self, exc: ProxyError) -> Response:
         headers = {"retry-after": "1"} if isinstance(exc, ServerBusy) else None
-        return Response(self.adapter.error_body(exc), status_code=exc.status,
-                        media_type="application/json", headers=headers)
+        return error_response(exc, self.dialect.error_body, headers)
 
     def _splice(self, body: Parsed, rewrite: Rewrite, row: LedgerRow, raw: bytes) -> bytes:
         try:

@@ -1,4 +1,4 @@
-"""The ``context_recall`` tool on the Chat Completions wire (``CHAT``, a ``recall.wire.Wire``):
+"""The ``context_recall`` tool on the Chat Completions wire (``CHAT``, a ``dialects.recall_wire.Wire``):
 its definition, whether a request may get it, adding it to the client's bytes, reading
 calls to it back from a reply or a stream, and the follow-up request.
 
@@ -10,15 +10,11 @@ tool of that name.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from context_engine.proxy.engine.recall_resolve import TOOL_NAME
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.recall.wire import (
-    DESCRIPTION,
-    PARAMETERS,
+from context_engine.proxy.dialects.recall_wire import (
+    NEUTRAL_TOOL,
     Call,
     Hold,
     Round,
@@ -29,19 +25,10 @@ from context_engine.proxy.recall.wire import (
     may_call,
     sum_counts,
 )
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 
-TOOL: dict[str, Any] = {"type": "function", "function": {
-    "name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}}
+TOOL: dict[str, Any] = NEUTRAL_TOOL
 TOOL_JSON = compact(TOOL)
-
-
-@functools.lru_cache(maxsize=8)
-def tool_tokens(encoding: str) -> int:
-    """What the definition adds to a request's input tokens."""
-    counter = TokenCounter(encoding)
-    probe = [{"role": "user", "content": "x"}]
-    other = [{"type": "function", "function": {"name": "x", "parameters": {"type": "object"}}}]
-    return counter.request(probe, other + [TOOL]) - counter.request(probe, other)
 
 
 def can_offer(data: dict[str, Any]) -> bool:
