@@ -159,6 +159,24 @@ def sum_counts(last: dict[str, Any], all_usages: list[dict[str, Any]]) -> dict[s
     return out
 
 
+class SummedUsage:
+    """A follow-up's events go out as sent; only the usage object (``key``) of one that
+    carries it holds the sum over rounds (Chat Completions' usage chunk, each Gemini
+    chunk's ``usageMetadata``)."""
+
+    def __init__(self, key: str = "usage") -> None:
+        self.key = key
+
+    def start(self, follow: bool) -> None:
+        pass
+
+    def event(self, obj: dict[str, Any], follow: bool,
+              usages: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if follow and isinstance(obj.get(self.key), dict):
+            return {**obj, self.key: sum_counts(obj[self.key], usages)}
+        return obj
+
+
 class WireBase:
     """What every wire does alike: its tool appended to the client's, a fresh reader per
     streamed reply and a fresh continuity per client stream."""

@@ -21,10 +21,13 @@ from typing import Any
 
 from context_engine.proxy.dialects.anthropic.turns import Out, valid_turns
 from context_engine.proxy.dialects.base import (
+    SYSTEM,
     Container,
     Group,
     Parsed,
     Unit,
+    changed_system,
+    containers_of,
     dumps,
     groups,
     join_pieces,
@@ -47,7 +50,6 @@ CONTENT = {"text", "image", "document", "search_result"}
 # block type -> unit kind, per role (anything else is opaque)
 KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
          "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
-SYSTEM = -1
 TEXT = ("text",)
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
@@ -200,14 +202,10 @@ class MessagesRequest:
 
     def _fill_raw(self) -> None:
         """The containers (one per message), with each block's exact text (only to splice)."""
-        spans = array_spans(self.text, self.spans["messages"][0])
-        of: list[list[dict[str, Any]]] = [[] for _ in spans]
-        for m in self.messages:
-            if m[SRC] != SYSTEM:
-                of[m[SRC]].append(m)
-        self.containers = [Container([], of[n], obj) for n, obj in enumerate(self.data["messages"])]
-        for c, (b, e) in zip(self.containers, spans):
-            c.bounds, c.raw = (b, e), self.text[b:e]
+        self.containers = containers_of(self.text, self.spans["messages"][0], self.data["messages"],
+                                        self.messages)
+        for c in self.containers:
+            b = c.bounds[0]
             role, content = c.obj["role"], c.obj["content"]
             if role not in ROLES:
                 c.units = [Unit("opaque", c.obj, "", c.raw)]
@@ -232,12 +230,9 @@ class MessagesRequest:
     def splice(self, messages: list[Any]) -> bytes:
         gs = groups(messages)
         edits: list[tuple[tuple[int, int], str]] = []
-        if self.messages and self.messages[0].get(SRC) == SYSTEM:
-            first = gs.pop(0) if gs and gs[0].src == SYSTEM else None
-            if first is None or len(first.messages) != 1:
-                raise ValueError("the system prompt was removed or reshaped")
-            if first.messages[0] != self.messages[0]:
-                edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
+        system = changed_system(gs, self.messages)
+        if system is not None:
+            edits.append((self.spans["system"], self._system(system.get("content"))))
         self._fill_raw()
         sent = [Out(c.obj["role"], [u.raw for u in c.units], n)
                 for n, c in enumerate(self.containers)]

@@ -18,12 +18,12 @@ from context_engine.proxy.dialects.recall_wire import (
     Call,
     Hold,
     Round,
+    SummedUsage,
     Turn,
     WireBase,
     compact,
     finish_body,
     may_call,
-    sum_counts,
 )
 from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 
@@ -122,20 +122,6 @@ def _index(call: dict[str, Any]) -> int:
     return raw if isinstance(raw, int) else 0
 
 
-class ChatContinuity:
-    """A follow-up's chunks go out as sent, its role delta included; only the usage
-    chunk after a recall round carries the sum over rounds."""
-
-    def start(self, follow: bool) -> None:
-        pass
-
-    def event(self, obj: dict[str, Any], follow: bool,
-              usages: list[dict[str, Any]]) -> dict[str, Any] | None:
-        if follow and isinstance(obj.get("usage"), dict):
-            return {**obj, "usage": sum_counts(obj["usage"], usages)}
-        return obj
-
-
 class ChatWire(WireBase):
 
     def can_offer(self, data: dict[str, Any]) -> bool:
@@ -162,4 +148,4 @@ class ChatWire(WireBase):
         return finish_body(body, last)
 
 
-CHAT = ChatWire("chat", TOOL, Reply, ChatContinuity)
+CHAT = ChatWire("chat", TOOL, Reply, SummedUsage)
