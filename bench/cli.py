@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", choices=APIS, default="chat",
                         help="wire format the cases are sent in (the engine runs through its dialect)")
     parser.add_argument("--opaque", action="store_true",
-                        help="--api responses|anthropic: add a reasoning/thinking item to every "
-                             "assistant turn and count requests that kept them byte for byte")
+                        help="--api responses|anthropic|gemini: add a reasoning/thinking/thought item "
+                             "to every assistant turn and count requests that kept them byte for byte")
     parser.add_argument("--recall", action="store_true",
                         help="the engine offers context_recall and a scripted careful model recalls "
                              "missing evidence a marker names (bench/recall_model.py); replay: at "

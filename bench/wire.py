@@ -1,11 +1,11 @@
-"""``bench --api responses|anthropic``: the cases as another wire format.
+"""``bench --api responses|anthropic|gemini``: the cases as another wire format.
 
-Each case's chat messages are written as a Responses or Anthropic Messages request and
-read back through that API's dialect, so every system sees the conversation as the
+Each case's chat messages are written as a Responses, Anthropic Messages or Gemini
+``generateContent`` request and read back through that API's dialect, so every system sees the conversation as the
 proxy sees it for that API. The project's engine runs the whole path of a request:
 wire bytes → adapter → rules → splice into the bytes → adapter again for measuring.
-``--opaque`` adds a reasoning item (Responses) or a signed thinking block (Anthropic)
-to every assistant turn, and the run counts requests whose opaque items reached the
+``--opaque`` adds a reasoning item (Responses), a signed thinking block (Anthropic) or a
+signed thought part (Gemini) to every assistant turn, and the run counts requests whose opaque items reached the
 output byte for byte.
 """
 
@@ -22,7 +22,7 @@ from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.engine.messages import system_prefix_len
 from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 
-APIS = ("chat", "responses", "anthropic")
+APIS = ("chat", "responses", "anthropic", "gemini")
 
 
 def _text(content: Any) -> str:
@@ -35,7 +35,17 @@ def _opaque(api: str, n: int) -> dict[str, Any]:
     if api == "responses":
         return {"type": "reasoning", "id": f"rs_{n}", "summary": [],
                 "encrypted_content": f"gAAAAAB{n:06d}+/opaque=="}
+    if api == "gemini":
+        return {"text": "", "thought": True, "thoughtSignature": f"Cq{n:06d}+/signed=="}
     return {"type": "thinking", "thinking": "", "signature": f"Eq{n:06d}+/signed=="}
+
+
+def _arguments(call: dict[str, Any]) -> dict[str, Any]:
+    try:
+        args = json.loads(call["function"].get("arguments") or "{}")
+    except ValueError:
+        args = {"raw": call["function"].get("arguments")}
+    return args if isinstance(args, dict) else {"value": args}
 
 
 def to_responses(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
@@ -91,12 +101,8 @@ def to_anthropic(model: str, messages: list[Any], tools: Any, opaque: bool) -> d
             blocks = list(m.get(OPAQUE) or ([_opaque("anthropic", n)] if opaque else []))
             blocks += [{"type": "text", "text": text}] if text else []
             for c in m.get("tool_calls") or ():
-                try:
-                    args = json.loads(c["function"].get("arguments") or "{}")
-                except ValueError:
-                    args = {"raw": c["function"].get("arguments")}
                 blocks.append({"type": "tool_use", "id": c.get("id", ""), "name": c["function"]["name"],
-                               "input": args if isinstance(args, dict) else {"value": args}})
+                               "input": _arguments(c)})
             add("assistant", blocks or [{"type": "text", "text": "(no text)"}])
         else:
             add("user", [{"type": "text", "text": text or "(empty)"}])
@@ -108,8 +114,51 @@ def to_anthropic(model: str, messages: list[Any], tools: Any, opaque: bool) -> d
     return body
 
 
+def to_gemini(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
+    """A ``generateContent`` body (the model goes in the path: ``path_for``). Calls and
+    responses carry the chat ids, as Gemini CLI's do."""
+    body: dict[str, Any] = {}
+    start = system_prefix_len(messages)
+    if start:
+        body["systemInstruction"] = {"parts": [
+            {"text": "\n\n".join(_text(m.get("content")) for m in messages[:start])}]}
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for n, m in enumerate(messages[start:]):
+        role, text = m.get("role"), _text(m.get("content"))
+        if role == "tool":
+            cid = m.get("tool_call_id", "")
+            part = {"functionResponse": {"id": cid, "name": names.get(cid, ""), "response": {"output": text}}}
+            if out and out[-1]["role"] == "user" and all("functionResponse" in p for p in out[-1]["parts"]):
+                out[-1]["parts"].append(part)
+            else:
+                out.append({"role": "user", "parts": [part]})
+        elif role == "assistant":
+            parts = list(m.get(OPAQUE) or ([_opaque("gemini", n)] if opaque else []))
+            parts += [{"text": text}] if text else []
+            for c in m.get("tool_calls") or ():
+                names[c.get("id", "")] = c["function"]["name"]
+                parts.append({"functionCall": {"id": c.get("id", ""), "name": c["function"]["name"],
+                                               "args": _arguments(c)}})
+            out.append({"role": "model", "parts": parts or [{"text": "(no text)"}]})
+        else:
+            out.append({"role": "user", "parts": [{"text": text or "(empty)"}]})
+    body["contents"] = out
+    if tools:
+        body["tools"] = [{"functionDeclarations": [
+            {"name": t["function"]["name"], "description": t["function"].get("description", ""),
+             "parameters": t["function"].get("parameters") or {"type": "object"}}
+            for t in tools if "function" in t]}]
+    return body
+
+
+def path_for(api: str, model: str) -> str:
+    """Where the request goes (Gemini names its model there)."""
+    return f"/v1beta/models/{model}:generateContent" if api == "gemini" else ""
+
+
 def to_wire(api: str, model: str, messages: list[Any], tools: Any, opaque: bool = False) -> bytes:
-    build = {"responses": to_responses, "anthropic": to_anthropic}[api]
+    build = {"responses": to_responses, "anthropic": to_anthropic, "gemini": to_gemini}[api]
     return json.dumps(build(model, messages, tools, opaque), ensure_ascii=False).encode()
 
 
@@ -118,13 +167,13 @@ def strip(messages: list[Any], keys: tuple[str, ...] = (SRC,)) -> list[Any]:
     return [{k: v for k, v in m.items() if k not in keys} for m in messages]
 
 
-def neutral(api: str, raw: bytes) -> tuple[list[Any], Any]:
-    parsed = BY_NAME[api].parse(raw)
+def neutral(api: str, raw: bytes, model: str = "") -> tuple[list[Any], Any]:
+    parsed = BY_NAME[api].parse(raw, path_for(api, model))
     return strip(parsed.chat["messages"]), parsed.chat.get("tools")
 
 
 def convert_case(case: Case, api: str, model: str, opaque: bool) -> Case:
-    messages, tools = neutral(api, to_wire(api, model, case.messages, case.tools, opaque))
+    messages, tools = neutral(api, to_wire(api, model, case.messages, case.tools, opaque), model)
     return replace(case, messages=messages, tools=tools, meta={**case.meta, "opaque": opaque})
 
 
@@ -145,7 +194,7 @@ class _WireSession:
         from context_engine.bench.systems import Outcome
 
         raw = to_wire(self.api, self.inner.model, messages, tools)
-        parsed = BY_NAME[self.api].parse(raw)
+        parsed = BY_NAME[self.api].parse(raw, path_for(self.api, self.inner.model))
         start = time.perf_counter()
         rw = await self.inner.engine.rewrite(
             parsed.chat, self.inner.session_id,
@@ -158,7 +207,7 @@ class _WireSession:
                 pass  # the proxy sends the original here too
         ms = (time.perf_counter() - start) * 1000
         self.inner.engine.prefetch()
-        out, _ = neutral(self.api, out_raw)
+        out, _ = neutral(self.api, out_raw, self.inner.model)
         if self.opaque:
             held = _opaque_texts(raw)
             self.tally.requests += 1
@@ -178,6 +227,8 @@ def _opaque_texts(raw: bytes) -> list[bytes]:
     for m in data.get("messages") or ():
         found += [b for b in m["content"] if isinstance(b, dict) and b.get("type") == "thinking"] \
             if isinstance(m.get("content"), list) else []
+    for c in data.get("contents") or ():
+        found += [p for p in c["parts"] if isinstance(p, dict) and p.get("thought")]
     return [json.dumps(o, ensure_ascii=False).encode() for o in found]
 
 

@@ -41,6 +41,12 @@ def _opaque_texts(path: Path) -> list[str]:
                 for blk, (bb, be) in zip(m["content"], array_spans(text, inner)):
                     if blk["type"] not in ("text", "image", "document", "tool_use", "tool_result"):
                         out.append(text[bb:be])
+    if path.name.startswith("gemini"):
+        for c, (b, e) in zip(data["contents"], array_spans(text, spans["contents"][0])):
+            inner = object_spans(text[b:e])[1]["parts"][0] + b
+            for part, (pb, pe) in zip(c["parts"], array_spans(text, inner)):
+                if set(part) != {"text"} and "functionCall" not in part and "functionResponse" not in part:
+                    out.append(text[pb:pe])
     return out
 
 
@@ -54,9 +60,10 @@ def test_unchanged_neutral_splices_to_the_exact_bytes(path):
 def test_golden_cases_hold_every_opaque_kind():
     kinds = set()
     for path in GOLDEN:
-        kinds |= {json.loads(t)["type"] for t in _opaque_texts(path)}
+        kinds |= {json.loads(t).get("type") or min(json.loads(t)) for t in _opaque_texts(path)}
     assert {"reasoning", "compaction", "item_reference", "thinking", "redacted_thinking",
-            "server_tool_use", "web_search_tool_result", "future_item_kind", "mystery_block"} <= kinds
+            "server_tool_use", "web_search_tool_result", "future_item_kind", "mystery_block",
+            "inlineData", "executableCode", "codeExecutionResult", "text"} <= kinds
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
@@ -121,7 +128,8 @@ def test_changed_items_keep_their_other_keys():
 
 def test_rule_messages_without_a_source_are_written_in_each_format():
     note = {"role": "user", "content": "[context-engine:memory] earlier: the cat is called Tom"}
-    for name, path in [("responses", "responses_string.json"), ("anthropic", "anthropic_blocks.json")]:
+    for name, path in [("responses", "responses_string.json"), ("anthropic", "anthropic_blocks.json"),
+                       ("gemini", "gemini_cli.json")]:
         parsed = BY_NAME[name].parse(wire(path))
         msgs = parsed.chat["messages"]
         out = json.loads(parsed.splice(msgs[:-1] + [note] + msgs[-1:]))
@@ -239,3 +247,24 @@ def test_a_message_sent_empty_stays_when_a_rule_changes_another(api):
     sent = json.loads(parsed.splice(neutral))
     items = sent["messages" if api == "anthropic" else "input"]
     assert len(items) == 3 and items[0]["content"] == [] and "…" in json.dumps(items[1], ensure_ascii=False)
+
+
+def test_gemini_results_answer_their_calls_and_keep_their_form():
+    """Calls without an id get one; each response answers the oldest open call of its
+    name; a rewritten response keeps its one string key (else goes back as an object)."""
+    parsed = BY_NAME["gemini"].parse(wire("gemini_cli.json"), "/v1beta/models/gemini-2.5-pro:generateContent")
+    assert parsed.chat["model"] == "gemini-2.5-pro" and not parsed.stream
+    msgs = parsed.chat["messages"]
+    tools = [m for m in msgs if m["role"] == "tool"]
+    assert [t["tool_call_id"] for t in tools] == ["call-1", "gemini-3-0", "gemini-3-1"]
+    new = [{**m, "content": "[cleared]"} if m.get("role") == "tool" else m for m in msgs]
+    sent = json.loads(parsed.splice(new))
+    responses = [p["functionResponse"] for c in sent["contents"] for p in c["parts"] if "functionResponse" in p]
+    assert [r["response"] for r in responses] == [{"output": "[cleared]"}, {"output": "[cleared]"},
+                                                  {"output": "[cleared]"}]
+    assert responses[0]["id"] == "call-1" and "id" not in responses[1]
+    calls = [p for c in sent["contents"] for p in c["parts"] if "functionCall" in p]
+    assert calls == [p for c in json.loads(wire("gemini_cli.json"))["contents"] for p in c["parts"]
+                     if "functionCall" in p]  # the calls unchanged, ids never added
+    assert {k: v for k, v in sent.items() if k != "contents"} == {
+        k: v for k, v in json.loads(wire("gemini_cli.json")).items() if k != "contents"}

@@ -50,6 +50,8 @@ def test_shared_routes_answer_in_the_clients_shape():
     assert for_client("/v1/models", {}) is DEFAULT
     assert for_client("/v1/messages/count_tokens", {}).name == "anthropic"
     assert for_client("/v1/models", {"anthropic-version": "2023-06-01"}).name == "anthropic"
+    assert for_client("/v1beta/models", {}).name == "gemini"
+    assert for_client("/v1/models/gemini-2.5-pro:countTokens", {"x-goog-api-key": ""}).name == "gemini"
 
 
 def test_no_module_outside_the_dialects_branches_on_an_api_name():
