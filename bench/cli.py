@@ -145,6 +145,11 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         report["opaque_intact"] = {s.name: [s.tally.intact, s.tally.requests] for s in wired}
         err.print("opaque items byte-identical: " + ", ".join(
             f"{s.name} {s.tally.intact}/{s.tally.requests}" for s in wired), markup=False)
+    sent = [s for s in systems if isinstance(s, WireSystem) and s.tally.sent]
+    if sent:
+        report["outside_conversation_intact"] = {s.name: [s.tally.transparent, s.tally.sent] for s in sent}
+        err.print("fields outside the conversation byte-identical: " + ", ".join(
+            f"{s.name} {s.tally.transparent}/{s.tally.sent}" for s in sent), markup=False)
     report_mod.print_report(report)
     if args.json_out:
         report_mod.write_json(report, args.json_out)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_engine.bench.cases import Case
+from context_engine.proxy.dialects.jsonspan import object_spans
 from context_engine.proxy.dialects.registry import BY_NAME
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.engine.messages import system_prefix_len
@@ -181,6 +182,17 @@ def convert_case(case: Case, api: str, model: str, opaque: bool) -> Case:
 class OpaqueTally:
     requests: int = 0
     intact: int = 0
+    sent: int = 0  # requests measured for byte transparency
+    transparent: int = 0  # ... whose fields outside the conversation kept their bytes
+
+
+def outside_kept(raw: bytes, out: bytes, conversation: tuple[str, ...]) -> bool:
+    """Every top-level field of ``out`` but the conversation's has the bytes it has in ``raw``."""
+    text, new = raw.decode(), out.decode()
+    (_, before), (_, after) = object_spans(text), object_spans(new)
+    keep = set(before) - set(conversation)
+    return keep == set(after) - set(conversation) and all(
+        text[slice(*before[k])] == new[slice(*after[k])] for k in keep)
 
 
 @dataclass
@@ -207,6 +219,8 @@ class _WireSession:
                 pass  # the proxy sends the original here too
         ms = (time.perf_counter() - start) * 1000
         self.inner.engine.prefetch()
+        self.tally.sent += 1
+        self.tally.transparent += outside_kept(raw, out_raw, BY_NAME[self.api].conversation)
         out, _ = neutral(self.api, out_raw, self.inner.model)
         if self.opaque:
             held = _opaque_texts(raw)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from context_engine.proxy.dialects.registry import BY_NAME, DEFAULT, DIALECTS, for_client
-from context_engine.proxy.errors import BadRequest, UpstreamTimeout
+from context_engine.proxy.errors import BadRequest, UpstreamTimeout, UpstreamUnreachable
 
 NAMES = [d.name for d in DIALECTS]
 REPO = Path(__file__).resolve().parents[1]
@@ -65,3 +68,27 @@ def test_no_module_outside_the_dialects_branches_on_an_api_name():
             continue
         found += [f"{rel}: {line.strip()}" for line in path.read_text().splitlines() if branch.search(line)]
     assert not found, found
+
+
+def _shape(obj: Any) -> Any:
+    """The keys of a JSON error, nested, with the values' types."""
+    return {k: _shape(v) for k, v in obj.items()} if isinstance(obj, dict) else type(obj).__name__
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_real_server_answers_each_dialects_clients_in_its_shape(start_proxy, name):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    proxy = start_proxy(upstream=f"http://127.0.0.1:{closed}/v1")
+    d = BY_NAME[name]
+    url = proxy.url + d.routes[0].replace("{model}", "m-1")
+    bad = httpx.post(url, content=b"{not json", headers={"authorization": "Bearer k"})
+    assert bad.status_code == 400
+    assert _shape(bad.json()) == _shape(json.loads(d.error_body(BadRequest("x"))))
+    body = {"model": "m-1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5,
+            "input": "hi", "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    down = httpx.post(url, json=body, headers={"authorization": "Bearer k"})
+    assert down.status_code == 502
+    assert _shape(down.json()) == _shape(json.loads(d.error_body(UpstreamUnreachable("x"))))
+    assert proxy.rows()[-1]["api"] == name

@@ -5,7 +5,8 @@ dialect here bundles everything one LLM API says differently, around the neutral
 conversation (chat-completions messages, ``proxy.dialects.base``):
 
 - **the request**: ``parse`` reads the client's bytes into the neutral form, and the
-  ``Parsed`` it returns splices the rules' result back into those bytes; ``routes`` are
+  ``Parsed`` it returns splices the rules' result back into those bytes (only the
+  ``conversation`` fields change); ``routes`` are
   the paths it serves, ``passthrough`` the routes of its other endpoints (forwarded as
   they are), ``versioned_paths`` whether its paths carry the API version;
 - **the caller**: where its API key travels (``key_headers``, ``key_query``), for the
@@ -42,6 +43,10 @@ class Dialect(Protocol):
 
     @property
     def routes(self) -> tuple[str, ...]: ...
+
+    @property
+    def conversation(self) -> tuple[str, ...]:
+        """The body's top-level fields a rewrite may change; every other keeps its bytes."""
 
     @property
     def passthrough(self) -> tuple[str, ...]: ...

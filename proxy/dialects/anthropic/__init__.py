@@ -16,6 +16,7 @@ from context_engine.proxy.dialects.dialect import DialectBase
 class AnthropicDialect(DialectBase):
     name = "anthropic"
     routes = ("/v1/messages",)
+    conversation = ("system", "messages")
     passthrough = ()
     prompt_cache_key = False
     recall = RECALL

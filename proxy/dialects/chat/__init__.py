@@ -16,6 +16,7 @@ from context_engine.proxy.errors import openai_body
 class ChatDialect(DialectBase):
     name = "chat"
     routes = ("/v1/chat/completions", "/chat/completions")
+    conversation = ("messages",)
     passthrough = ("/v1/{path:path}",)
     prompt_cache_key = True
     recall = RECALL

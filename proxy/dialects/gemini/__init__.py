@@ -23,6 +23,7 @@ METHODS = (":generateContent", ":streamGenerateContent")
 class GeminiDialect(DialectBase):
     name = "gemini"
     routes = tuple(f"/{v}/models/{{model}}{m}" for v in ("v1beta", "v1") for m in METHODS)
+    conversation = ("systemInstruction", "contents")
     passthrough = ("/v1beta/{path:path}",)
     versioned_paths = True
     key_headers = ("x-goog-api-key", "authorization")

@@ -13,6 +13,7 @@ from context_engine.proxy.errors import openai_body
 class ResponsesDialect(DialectBase):
     name = "responses"
     routes = ("/v1/responses", "/responses")
+    conversation = ("instructions", "input")
     passthrough = ()
     prompt_cache_key = True
     recall = RECALL
