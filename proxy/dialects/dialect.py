@@ -17,6 +17,8 @@ conversation (chat-completions messages, ``proxy.dialects.base``):
   route every API shares);
 - **recall**: ``recall`` is the ``context_recall`` tool on this wire (its shape, when it
   may be offered, the follow-up, the streamed replies: ``proxy.dialects.recall_wire``);
+- **writing**: ``write`` makes a fresh request of a neutral conversation (the
+  generator half, as sqlglot's; ``bench --api`` sends its cases so);
 - **caching**: ``prompt_cache_key`` says whether the API takes OpenAI's
   ``prompt_cache_key`` field; breakpoints (``cache_control``) ride on the neutral form.
 
@@ -33,6 +35,7 @@ from urllib.parse import parse_qsl
 from context_engine.proxy.dialects.base import Parsed
 from context_engine.proxy.dialects.recall_wire import Wire
 from context_engine.proxy.dialects.usage import Usage
+from context_engine.proxy.dialects.writing import Opaque
 from context_engine.proxy.errors import ProxyError
 
 
@@ -85,6 +88,11 @@ class Dialect(Protocol):
         """Whether a stream event (its data line ``data``, parsed as ``obj``) is the end."""
 
     def credential(self, headers: Mapping[str, str], query: str) -> str: ...
+
+    def write(self, model: str, messages: list[Any], tools: Any,
+              opaque: Opaque = None) -> tuple[str, bytes]:
+        """A fresh request holding a neutral conversation: its path and body (the
+        generator half; the bench writes its cases with it)."""
 
     def has_credential(self, headers: Iterable[tuple[bytes, bytes]], query: str) -> bool: ...
 

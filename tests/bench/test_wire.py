@@ -13,7 +13,6 @@ from context_engine.bench.wire import (
     WireSystem,
     convert_case,
     outside_kept,
-    path_for,
     to_wire,
 )
 from context_engine.proxy.dialects.registry import BY_NAME
@@ -36,8 +35,8 @@ OPAQUE = {"responses": b'"reasoning"', "anthropic": b'"thinking"', "gemini": b'"
 @pytest.mark.parametrize("api", WIRED)
 def test_conversion_round_trips_through_the_dialect(api):
     case = _case(api, opaque=True)
-    raw = to_wire(api, "gpt-4o", case.messages, case.tools)
-    parsed = BY_NAME[api].parse(raw, path_for(api, "gpt-4o"))
+    path, raw = to_wire(api, "gpt-4o", case.messages, case.tools)
+    parsed = BY_NAME[api].parse(raw, path)
     assert parsed.splice(list(parsed.chat["messages"])) == raw
     assert OPAQUE[api] in raw
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from context_engine.proxy.dialects.anthropic import errors, request, usage
+from context_engine.proxy.dialects.anthropic import errors, request, usage, write
 from context_engine.proxy.dialects.anthropic.recall import ANTHROPIC as RECALL
 from context_engine.proxy.dialects.dialect import DialectBase
 
@@ -24,6 +24,7 @@ class AnthropicDialect(DialectBase):
     error_body = staticmethod(errors.error_body)
     take_usage = staticmethod(usage.take_usage)
     ends = staticmethod(usage.ends)
+    write = staticmethod(write.write)
 
     def speaks(self, path: str, headers: Mapping[str, str]) -> bool:
         return path.startswith(("/v1/messages", "/messages")) or "anthropic-version" in headers

@@ -7,7 +7,7 @@ default every other client gets too.
 
 from __future__ import annotations
 
-from context_engine.proxy.dialects.chat import request, usage
+from context_engine.proxy.dialects.chat import request, usage, write
 from context_engine.proxy.dialects.chat.recall import CHAT as RECALL
 from context_engine.proxy.dialects.dialect import DialectBase
 from context_engine.proxy.errors import openai_body
@@ -24,6 +24,7 @@ class ChatDialect(DialectBase):
     error_body = staticmethod(openai_body)
     take_usage = staticmethod(usage.take_usage)
     ends = staticmethod(usage.ends)
+    write = staticmethod(write.write)
 
 
 CHAT = ChatDialect()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from context_engine.proxy.dialects.dialect import DialectBase
-from context_engine.proxy.dialects.gemini import errors, request, usage
+from context_engine.proxy.dialects.gemini import errors, request, usage, write
 from context_engine.proxy.dialects.gemini.recall import GEMINI as RECALL
 
 METHODS = (":generateContent", ":streamGenerateContent")
@@ -34,6 +34,7 @@ class GeminiDialect(DialectBase):
     error_body = staticmethod(errors.error_body)
     take_usage = staticmethod(usage.take_usage)
     ends = staticmethod(usage.ends)
+    write = staticmethod(write.write)
 
     def speaks(self, path: str, headers: Mapping[str, str]) -> bool:
         return path.startswith("/v1beta/") or path.endswith(METHODS) or "x-goog-api-key" in headers

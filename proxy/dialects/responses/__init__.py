@@ -5,7 +5,7 @@ OpenAI's shape."""
 from __future__ import annotations
 
 from context_engine.proxy.dialects.dialect import DialectBase
-from context_engine.proxy.dialects.responses import request, usage
+from context_engine.proxy.dialects.responses import request, usage, write
 from context_engine.proxy.dialects.responses.recall import RESPONSES as RECALL
 from context_engine.proxy.errors import openai_body
 
@@ -21,6 +21,7 @@ class ResponsesDialect(DialectBase):
     error_body = staticmethod(openai_body)
     take_usage = staticmethod(usage.take_usage)
     ends = staticmethod(usage.ends)
+    write = staticmethod(write.write)
 
 
 RESPONSES = ResponsesDialect()
