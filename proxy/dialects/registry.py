@@ -20,6 +20,7 @@ DIALECTS: tuple[Dialect, ...] = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
 BY_NAME: dict[str, Dialect] = {d.name: d for d in DIALECTS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULT: Dialect = CHAT
+NEUTRAL: Dialect = CHAT  # its requests are the neutral form itself: nothing to translate
 
 
 def for_client(path: str, headers: Mapping[str, str]) -> Dialect:
