@@ -28,6 +28,7 @@ from context_engine.bench.systems import (
     parse_variant,
 )
 from context_engine.bench.wire import APIS, WireSystem, convert_case
+from context_engine.proxy.dialects.registry import NEUTRAL
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.settings import ConfigError
 
@@ -72,11 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:RULE.OPT=VAL[,…]",
                         help="also run the engine with these options changed, as system NAME "
                              "(repeatable; e.g. 'no-expansion:retrieve.expansion=0')")
-    parser.add_argument("--api", choices=APIS, default="chat",
-                        help="wire format the cases are sent in (the engine runs through its adapter)")
+    parser.add_argument("--api", choices=APIS, default=NEUTRAL.name,
+                        help="wire format the cases are sent in (the engine runs through its dialect)")
     parser.add_argument("--opaque", action="store_true",
-                        help="--api responses|anthropic: add a reasoning/thinking item to every "
-                             "assistant turn and count requests that kept them byte for byte")
+                        help="--api responses|anthropic|gemini: add a reasoning/thinking/thought item "
+                             "to every assistant turn and count requests that kept them byte for byte")
     parser.add_argument("--recall", action="store_true",
                         help="the engine offers context_recall and a scripted careful model recalls "
                              "missing evidence a marker names (bench/recall_model.py); replay: at "
@@ -108,7 +109,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         if isinstance(s, EngineSystem):
             s.recall = args.recall
             s.cold = args.cold
-    if args.api != "chat":
+    if args.api != NEUTRAL.name:
         systems = [WireSystem(s, args.api, args.opaque) if isinstance(s, EngineSystem) else s
                    for s in systems]
     counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
@@ -127,7 +128,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     }
     for path in files:
         cases = cases_mod.load_cases(path, args.limit, dedupe=args.replay)
-        if args.api != "chat":
+        if args.api != NEUTRAL.name:
             cases = [convert_case(c, args.api, args.model, args.opaque) for c in cases]
         for label, group in _groups(path.name, cases, args.by_dataset, args.by_category):
             start = time.perf_counter()
@@ -145,6 +146,11 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         report["opaque_intact"] = {s.name: [s.tally.intact, s.tally.requests] for s in wired}
         err.print("opaque items byte-identical: " + ", ".join(
             f"{s.name} {s.tally.intact}/{s.tally.requests}" for s in wired), markup=False)
+    sent = [s for s in systems if isinstance(s, WireSystem) and s.tally.sent]
+    if sent:
+        report["outside_conversation_intact"] = {s.name: [s.tally.transparent, s.tally.sent] for s in sent}
+        err.print("fields outside the conversation byte-identical: " + ", ".join(
+            f"{s.name} {s.tally.transparent}/{s.tally.sent}" for s in sent), markup=False)
     report_mod.print_report(report)
     if args.json_out:
         report_mod.write_json(report, args.json_out)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from context_engine.proxy.adapters.anthropic_turns import Out, merge
+from context_engine.proxy.dialects.anthropic.turns import Out, merge
 from context_engine.proxy.engine.breakpoints import kept_positions, targets
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.retrieve.window import Tail

@@ -57,7 +57,7 @@ def body_for(api: str, messages: list[dict[str, Any]]) -> bytes:
         return json.dumps({"model": "gpt-4o", "messages": messages}).encode()
     from context_engine.bench.wire import to_wire
 
-    return to_wire(api, "gpt-4o", messages, None)
+    return to_wire(api, "gpt-4o", messages, None)[1]
 
 
 def pct(xs: list[float], q: float) -> float:

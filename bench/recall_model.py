@@ -24,9 +24,9 @@ from typing import Any
 
 from context_engine.bench.cases import Case
 from context_engine.bench.metrics import visible_text
+from context_engine.proxy.dialects.chat.recall import TOOL
 from context_engine.proxy.engine.recall_resolve import resolve
 from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.recall.tool import TOOL
 
 _TURNS = re.compile(r"\[context-engine:recall\] turns from #(\d+) on")
 

@@ -18,12 +18,12 @@ from typing import Any, Protocol
 import yaml
 
 from context_engine.bench import baselines
+from context_engine.proxy.dialects.chat.recall import TOOL as RECALL_TOOL
+from context_engine.proxy.dialects.chat.recall import can_offer
 from context_engine.proxy.engine.context import JournalEntry
 from context_engine.proxy.engine.contract import Embedder, Registry
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.invariants import rewrite_problems
-from context_engine.proxy.recall.tool import TOOL as RECALL_TOOL
-from context_engine.proxy.recall.tool import can_offer
 from context_engine.proxy.settings import Settings, load_settings
 from context_engine.proxy.store.stores import MemoryStore, Store
 from context_engine.rules import REGISTRY

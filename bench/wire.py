@@ -1,11 +1,11 @@
-"""``bench --api responses|anthropic``: the cases as another wire format.
+"""``bench --api responses|anthropic|gemini``: the cases as another wire format.
 
-Each case's chat messages are written as a Responses or Anthropic Messages request and
-read back through that API's adapter, so every system sees the conversation as the
+Each case's chat messages are written as a Responses, Anthropic Messages or Gemini
+``generateContent`` request and read back through that API's dialect, so every system sees the conversation as the
 proxy sees it for that API. The project's engine runs the whole path of a request:
 wire bytes → adapter → rules → splice into the bytes → adapter again for measuring.
-``--opaque`` adds a reasoning item (Responses) or a signed thinking block (Anthropic)
-to every assistant turn, and the run counts requests whose opaque items reached the
+``--opaque`` adds a reasoning item (Responses), a signed thinking block (Anthropic) or a
+signed thought part (Gemini) to every assistant turn, and the run counts requests whose opaque items reached the
 output byte for byte.
 """
 
@@ -13,105 +13,31 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from context_engine.bench.cases import Case
-from context_engine.proxy.adapters import ADAPTERS
+from context_engine.proxy.dialects.jsonspan import object_spans
+from context_engine.proxy.dialects.registry import BY_NAME, NAMES
 from context_engine.proxy.engine.invariants import rewrite_problems
-from context_engine.proxy.engine.messages import system_prefix_len
-from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
-from context_engine.proxy.recall.wires import WIRES
+from context_engine.proxy.engine.opaque import OPAQUE, SRC
 
-APIS = ("chat", "responses", "anthropic")
+APIS = NAMES
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(p.get("text", "") for p in content or () if isinstance(p, dict) and p != PLACEHOLDER)
+OPAQUE_SAMPLES: dict[str, Callable[[int], dict[str, Any]]] = {
+    "responses": lambda n: {"type": "reasoning", "id": f"rs_{n}", "summary": [],
+                            "encrypted_content": f"gAAAAAB{n:06d}+/opaque=="},
+    "anthropic": lambda n: {"type": "thinking", "thinking": "", "signature": f"Eq{n:06d}+/signed=="},
+    "gemini": lambda n: {"text": "", "thought": True, "thoughtSignature": f"Cq{n:06d}+/signed=="},
+}
 
 
-def _opaque(api: str, n: int) -> dict[str, Any]:
-    if api == "responses":
-        return {"type": "reasoning", "id": f"rs_{n}", "summary": [],
-                "encrypted_content": f"gAAAAAB{n:06d}+/opaque=="}
-    return {"type": "thinking", "thinking": "", "signature": f"Eq{n:06d}+/signed=="}
-
-
-def to_responses(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model}
-    start = 0
-    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
-        body["instructions"], start = messages[0]["content"], 1
-    items: list[dict[str, Any]] = []
-    for n, m in enumerate(messages[start:]):
-        role, content = m.get("role"), m.get("content")
-        if isinstance(content, list):
-            content = [p for p in content if p != PLACEHOLDER]
-        if role == "tool":
-            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id", ""),
-                          "output": _text(content)})
-            continue
-        if role == "assistant":
-            items += m.get(OPAQUE) or ([_opaque("responses", n)] if opaque else [])
-        calls = m.get("tool_calls") or [] if role == "assistant" else []
-        if content or not calls:
-            kind = "output_text" if role == "assistant" else "input_text"
-            items.append({"type": "message", "role": role, "content": content if isinstance(content, str)
-                          else [{"type": kind, "text": _text([p])} for p in content or ()] or ""})
-        items += [{"type": "function_call", "call_id": c.get("id", ""), "name": c["function"]["name"],
-                   "arguments": c["function"].get("arguments", "")} for c in calls]
-    body["input"] = items
-    if tools:
-        body["tools"] = [{"type": "function", **t["function"]} if "function" in t else t for t in tools]
-    return body
-
-
-def to_anthropic(model: str, messages: list[Any], tools: Any, opaque: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "max_tokens": 1024}
-    start = system_prefix_len(messages)
-    if start:
-        body["system"] = "\n\n".join(_text(m.get("content")) for m in messages[:start])
-    out: list[dict[str, Any]] = []
-
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
-        # consecutive messages of one role stay apart (the API accepts them), but
-        # tool results and the user text after them are one message, as clients send them
-        if out and out[-1]["role"] == role == "user" and all(
-                b["type"] == "tool_result" for b in out[-1]["content"]):
-            out[-1]["content"] += blocks
-        else:
-            out.append({"role": role, "content": blocks})
-
-    for n, m in enumerate(messages[start:]):
-        role, text = m.get("role"), _text(m.get("content"))
-        if role == "tool":
-            add("user", [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""), "content": text}])
-        elif role == "assistant":
-            blocks = list(m.get(OPAQUE) or ([_opaque("anthropic", n)] if opaque else []))
-            blocks += [{"type": "text", "text": text}] if text else []
-            for c in m.get("tool_calls") or ():
-                try:
-                    args = json.loads(c["function"].get("arguments") or "{}")
-                except ValueError:
-                    args = {"raw": c["function"].get("arguments")}
-                blocks.append({"type": "tool_use", "id": c.get("id", ""), "name": c["function"]["name"],
-                               "input": args if isinstance(args, dict) else {"value": args}})
-            add("assistant", blocks or [{"type": "text", "text": "(no text)"}])
-        else:
-            add("user", [{"type": "text", "text": text or "(empty)"}])
-    body["messages"] = out
-    if tools:
-        body["tools"] = [{"name": t["function"]["name"], "description": t["function"].get("description", ""),
-                          "input_schema": t["function"].get("parameters") or {"type": "object"}}
-                         if "function" in t else t for t in tools]
-    return body
-
-
-def to_wire(api: str, model: str, messages: list[Any], tools: Any, opaque: bool = False) -> bytes:
-    build = {"responses": to_responses, "anthropic": to_anthropic}[api]
-    return json.dumps(build(model, messages, tools, opaque), ensure_ascii=False).encode()
+def to_wire(api: str, model: str, messages: list[Any], tools: Any,
+            opaque: bool = False) -> tuple[str, bytes]:
+    """The case as a request of ``api`` (``Dialect.write``): its path and its body."""
+    return BY_NAME[api].write(model, messages, tools, OPAQUE_SAMPLES.get(api) if opaque else None)
 
 
 def strip(messages: list[Any], keys: tuple[str, ...] = (SRC,)) -> list[Any]:
@@ -119,13 +45,14 @@ def strip(messages: list[Any], keys: tuple[str, ...] = (SRC,)) -> list[Any]:
     return [{k: v for k, v in m.items() if k not in keys} for m in messages]
 
 
-def neutral(api: str, raw: bytes) -> tuple[list[Any], Any]:
-    parsed = ADAPTERS[api].parse(raw)
+def neutral(api: str, raw: bytes, path: str = "") -> tuple[list[Any], Any]:
+    parsed = BY_NAME[api].parse(raw, path)
     return strip(parsed.chat["messages"]), parsed.chat.get("tools")
 
 
 def convert_case(case: Case, api: str, model: str, opaque: bool) -> Case:
-    messages, tools = neutral(api, to_wire(api, model, case.messages, case.tools, opaque))
+    path, raw = to_wire(api, model, case.messages, case.tools, opaque)
+    messages, tools = neutral(api, raw, path)
     return replace(case, messages=messages, tools=tools, meta={**case.meta, "opaque": opaque})
 
 
@@ -133,6 +60,17 @@ def convert_case(case: Case, api: str, model: str, opaque: bool) -> Case:
 class OpaqueTally:
     requests: int = 0
     intact: int = 0
+    sent: int = 0  # requests measured for byte transparency
+    transparent: int = 0  # ... whose fields outside the conversation kept their bytes
+
+
+def outside_kept(raw: bytes, out: bytes, conversation: tuple[str, ...]) -> bool:
+    """Every top-level field of ``out`` but the conversation's has the bytes it has in ``raw``."""
+    text, new = raw.decode(), out.decode()
+    (_, before), (_, after) = object_spans(text), object_spans(new)
+    keep = set(before) - set(conversation)
+    return keep == set(after) - set(conversation) and all(
+        text[slice(*before[k])] == new[slice(*after[k])] for k in keep)
 
 
 @dataclass
@@ -145,12 +83,12 @@ class _WireSession:
     async def rewrite(self, messages: list[Any], tools: Any) -> Any:
         from context_engine.bench.systems import Outcome
 
-        raw = to_wire(self.api, self.inner.model, messages, tools)
-        parsed = ADAPTERS[self.api].parse(raw)
+        path, raw = to_wire(self.api, self.inner.model, messages, tools)
+        parsed = BY_NAME[self.api].parse(raw, path)
         start = time.perf_counter()
         rw = await self.inner.engine.rewrite(
             parsed.chat, self.inner.session_id,
-            can_offer=self.inner.recall or WIRES[self.api].can_offer(parsed.data))
+            can_offer=self.inner.recall or BY_NAME[self.api].recall.can_offer(parsed.data))
         out_raw = raw
         if rw.result.changed:
             try:
@@ -159,7 +97,9 @@ class _WireSession:
                 pass  # the proxy sends the original here too
         ms = (time.perf_counter() - start) * 1000
         self.inner.engine.prefetch()
-        out, _ = neutral(self.api, out_raw)
+        self.tally.sent += 1
+        self.tally.transparent += outside_kept(raw, out_raw, BY_NAME[self.api].conversation)
+        out, _ = neutral(self.api, out_raw, path)
         if self.opaque:
             held = _opaque_texts(raw)
             self.tally.requests += 1
@@ -179,6 +119,8 @@ def _opaque_texts(raw: bytes) -> list[bytes]:
     for m in data.get("messages") or ():
         found += [b for b in m["content"] if isinstance(b, dict) and b.get("type") == "thinking"] \
             if isinstance(m.get("content"), list) else []
+    for c in data.get("contents") or ():
+        found += [p for p in c["parts"] if isinstance(p, dict) and p.get("thought")]
     return [json.dumps(o, ensure_ascii=False).encode() for o in found]
 
 

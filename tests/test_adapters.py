@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from context_engine.proxy.adapters import ADAPTERS
-from context_engine.proxy.adapters.jsonspan import array_spans, object_spans
+from context_engine.proxy.dialects.jsonspan import array_spans, object_spans
+from context_engine.proxy.dialects.registry import BY_NAME
 from context_engine.proxy.engine.invariants import rewrite_problems
 from context_engine.proxy.engine.opaque import OPAQUE, SRC
 from tests.golden_cases import wire, wire_files
@@ -21,7 +21,7 @@ GOLDEN = wire_files()
 
 
 def _adapter(path: Path):
-    return ADAPTERS[path.name.split("_")[0]]
+    return BY_NAME[path.name.split("_")[0]]
 
 
 def _opaque_texts(path: Path) -> list[str]:
@@ -41,6 +41,12 @@ def _opaque_texts(path: Path) -> list[str]:
                 for blk, (bb, be) in zip(m["content"], array_spans(text, inner)):
                     if blk["type"] not in ("text", "image", "document", "tool_use", "tool_result"):
                         out.append(text[bb:be])
+    if path.name.startswith("gemini"):
+        for c, (b, e) in zip(data["contents"], array_spans(text, spans["contents"][0])):
+            inner = object_spans(text[b:e])[1]["parts"][0] + b
+            for part, (pb, pe) in zip(c["parts"], array_spans(text, inner)):
+                if set(part) != {"text"} and "functionCall" not in part and "functionResponse" not in part:
+                    out.append(text[pb:pe])
     return out
 
 
@@ -54,9 +60,10 @@ def test_unchanged_neutral_splices_to_the_exact_bytes(path):
 def test_golden_cases_hold_every_opaque_kind():
     kinds = set()
     for path in GOLDEN:
-        kinds |= {json.loads(t)["type"] for t in _opaque_texts(path)}
+        kinds |= {json.loads(t).get("type") or min(json.loads(t)) for t in _opaque_texts(path)}
     assert {"reasoning", "compaction", "item_reference", "thinking", "redacted_thinking",
-            "server_tool_use", "web_search_tool_result", "future_item_kind", "mystery_block"} <= kinds
+            "server_tool_use", "web_search_tool_result", "future_item_kind", "mystery_block",
+            "inlineData", "executableCode", "codeExecutionResult", "text"} <= kinds
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
@@ -90,7 +97,7 @@ def test_every_accepted_drop_keeps_opaque_bytes_and_validity(path):
 
 
 def test_opaque_invariant_refuses_drops_and_changes():
-    parsed = ADAPTERS["responses"].parse(wire("responses_codex.json"))
+    parsed = BY_NAME["responses"].parse(wire("responses_codex.json"))
     msgs = parsed.chat["messages"]
     holder = next(i for i, m in enumerate(msgs) if m.get(OPAQUE))
     assert any("opaque" in p for p in rewrite_problems(msgs, msgs[:holder] + msgs[holder + 2:]))
@@ -104,7 +111,7 @@ def test_opaque_invariant_refuses_drops_and_changes():
 
 
 def test_changed_items_keep_their_other_keys():
-    parsed = ADAPTERS["anthropic"].parse(wire("anthropic_claude_code.json"))
+    parsed = BY_NAME["anthropic"].parse(wire("anthropic_claude_code.json"))
     msgs = parsed.chat["messages"]
     i = next(n for n, m in enumerate(msgs) if m.get("tool_call_id") == "toolu_02")
     assert msgs[i]["content"] == "9"  # one plain text block reads as its string
@@ -112,7 +119,7 @@ def test_changed_items_keep_their_other_keys():
     block = json.loads(parsed.splice(new))["messages"][-1]["content"][0]
     assert block == {"type": "tool_result", "tool_use_id": "toolu_02",
                      "content": [{"type": "text", "text": "nine"}], "is_error": True}
-    r = ADAPTERS["responses"].parse(wire("responses_items.json"))
+    r = BY_NAME["responses"].parse(wire("responses_items.json"))
     rm = r.chat["messages"]
     j = next(n for n, m in enumerate(rm) if m["role"] == "tool")
     out = json.loads(r.splice(rm[:j] + [{**rm[j], "content": "Done."}] + rm[j + 1:]))
@@ -121,8 +128,9 @@ def test_changed_items_keep_their_other_keys():
 
 def test_rule_messages_without_a_source_are_written_in_each_format():
     note = {"role": "user", "content": "[context-engine:memory] earlier: the cat is called Tom"}
-    for name, path in [("responses", "responses_string.json"), ("anthropic", "anthropic_blocks.json")]:
-        parsed = ADAPTERS[name].parse(wire(path))
+    for name, path in [("responses", "responses_string.json"), ("anthropic", "anthropic_blocks.json"),
+                       ("gemini", "gemini_cli.json")]:
+        parsed = BY_NAME[name].parse(wire(path))
         msgs = parsed.chat["messages"]
         out = json.loads(parsed.splice(msgs[:-1] + [note] + msgs[-1:]))
         assert "the cat is called Tom" in json.dumps(out)
@@ -130,7 +138,7 @@ def test_rule_messages_without_a_source_are_written_in_each_format():
 
 
 def test_anthropic_refuses_a_tool_result_without_its_tool_use():
-    parsed = ADAPTERS["anthropic"].parse(wire("anthropic_claude_code.json"))
+    parsed = BY_NAME["anthropic"].parse(wire("anthropic_claude_code.json"))
     msgs = parsed.chat["messages"]
     calls = next(i for i, m in enumerate(msgs) if m.get("tool_calls"))
     stripped = {k: v for k, v in msgs[calls].items() if k != "tool_calls"}
@@ -148,7 +156,7 @@ def test_responses_turns_split_at_each_assistant_message():
         {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c", "output": "ok"},
         {"role": "user", "content": "bye"}]}
-    msgs = ADAPTERS["responses"].parse(json.dumps(body).encode()).chat["messages"]
+    msgs = BY_NAME["responses"].parse(json.dumps(body).encode()).chat["messages"]
     assert [(m["role"], m.get("content"), [o["id"] for o in m.get(OPAQUE, [])]) for m in msgs] == [
         ("user", "hi", []), ("assistant", "one", ["r1"]), ("assistant", "two", ["r2"]),
         ("tool", "ok", []), ("user", "bye", [])]
@@ -160,7 +168,7 @@ def test_anthropic_keeps_the_clients_own_same_role_neighbours():
         {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
         {"role": "assistant", "content": "c"}, {"role": "user", "content": "d"},
         {"role": "assistant", "content": "e"}, {"role": "user", "content": "f"}]}
-    parsed = ADAPTERS["anthropic"].parse(json.dumps(body).encode())
+    parsed = BY_NAME["anthropic"].parse(json.dumps(body).encode())
     msgs = parsed.chat["messages"]
     out = json.loads(parsed.splice(msgs[:4] + msgs[5:]))["messages"]  # drop "e": d and f merge
     assert [m["role"] for m in out] == ["user", "assistant", "assistant", "user"]
@@ -174,7 +182,7 @@ def test_anthropic_splice_merges_same_role_neighbours():
         {"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4"},
         {"role": "user", "content": [{"type": "text", "text": "And 3+3?",
                                       "cache_control": {"type": "ephemeral"}}]}]}).encode()
-    parsed = ADAPTERS["anthropic"].parse(raw)
+    parsed = BY_NAME["anthropic"].parse(raw)
     msgs = parsed.chat["messages"]
     sent = json.loads(parsed.splice([m for m in msgs if m.get("role") != "assistant"]))
     assert [m["role"] for m in sent["messages"]] == ["user"]
@@ -190,7 +198,7 @@ def test_anthropic_cut_that_starts_on_an_assistant_turn_gets_a_user_turn_in_fron
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}]},
         {"role": "assistant", "content": "Found it."},
         {"role": "user", "content": "Go on."}]}).encode()
-    parsed = ADAPTERS["anthropic"].parse(raw)
+    parsed = BY_NAME["anthropic"].parse(raw)
     msgs = parsed.chat["messages"]
     kept = [m for m in msgs if m.get(SRC) not in (0, 1, 2)]
     sent = json.loads(parsed.splice(kept))["messages"]
@@ -208,7 +216,7 @@ def test_one_plain_text_block_reads_as_a_string_and_goes_back_as_a_block():
         {"role": "assistant", "content": [{"type": "text", "text": "4"}]},
         {"role": "user", "content": [{"type": "text", "text": "And 3+3?",
                                       "cache_control": {"type": "ephemeral"}}]}]}).encode()
-    parsed = ADAPTERS["anthropic"].parse(raw)
+    parsed = BY_NAME["anthropic"].parse(raw)
     msgs = parsed.chat["messages"]
     assert [m["content"] for m in msgs[:3]] == ["Be brief.", "What is 2+2?", "4"]
     assert isinstance(msgs[3]["content"], list)
@@ -218,7 +226,7 @@ def test_one_plain_text_block_reads_as_a_string_and_goes_back_as_a_block():
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello"}]},
         {"type": "message", "role": "user", "content": "Bye"}]}).encode()
-    parsed = ADAPTERS["responses"].parse(raw)
+    parsed = BY_NAME["responses"].parse(raw)
     msgs = parsed.chat["messages"]
     assert [m["content"] for m in msgs] == ["Hi", "Hello", "Bye"]
     sent = json.loads(parsed.splice([{**msgs[0], "content": "Hey"}, *msgs[1:]]))
@@ -233,9 +241,30 @@ def test_a_message_sent_empty_stays_when_a_rule_changes_another(api):
     body = {"model": "m", "max_tokens": 5, "messages": msgs} if api == "anthropic" else {
         "model": "m", "input": [{"type": "message", **m} for m in msgs]}
     raw = json.dumps(body).encode()
-    parsed = ADAPTERS[api].parse(raw)
+    parsed = BY_NAME[api].parse(raw)
     neutral = [dict(m) for m in parsed.chat["messages"]]
     neutral[1]["content"] = "…"
     sent = json.loads(parsed.splice(neutral))
     items = sent["messages" if api == "anthropic" else "input"]
     assert len(items) == 3 and items[0]["content"] == [] and "…" in json.dumps(items[1], ensure_ascii=False)
+
+
+def test_gemini_results_answer_their_calls_and_keep_their_form():
+    """Calls without an id get one; each response answers the oldest open call of its
+    name; a rewritten response keeps its one string key (else goes back as an object)."""
+    parsed = BY_NAME["gemini"].parse(wire("gemini_cli.json"), "/v1beta/models/gemini-2.5-pro:generateContent")
+    assert parsed.chat["model"] == "gemini-2.5-pro" and not parsed.stream
+    msgs = parsed.chat["messages"]
+    tools = [m for m in msgs if m["role"] == "tool"]
+    assert [t["tool_call_id"] for t in tools] == ["call-1", "gemini-3-0", "gemini-3-1"]
+    new = [{**m, "content": "[cleared]"} if m.get("role") == "tool" else m for m in msgs]
+    sent = json.loads(parsed.splice(new))
+    responses = [p["functionResponse"] for c in sent["contents"] for p in c["parts"] if "functionResponse" in p]
+    assert [r["response"] for r in responses] == [{"output": "[cleared]"}, {"output": "[cleared]"},
+                                                  {"output": "[cleared]"}]
+    assert responses[0]["id"] == "call-1" and "id" not in responses[1]
+    calls = [p for c in sent["contents"] for p in c["parts"] if "functionCall" in p]
+    assert calls == [p for c in json.loads(wire("gemini_cli.json"))["contents"] for p in c["parts"]
+                     if "functionCall" in p]  # the calls unchanged, ids never added
+    assert {k: v for k, v in sent.items() if k != "contents"} == {
+        k: v for k, v in json.loads(wire("gemini_cli.json")).items() if k != "contents"}

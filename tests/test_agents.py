@@ -1,5 +1,5 @@
-"""Real agents through the proxy: Codex CLI (Responses API) and Claude Code (Anthropic
-Messages), each driven non-interactively for a short session of shell tool calls against
+"""Real agents through the proxy: Codex CLI (Responses API), Claude Code (Anthropic
+Messages) and Gemini CLI (Gemini generateContent), each driven non-interactively for a short session of shell tool calls against
 a scripted loopback mock. Everything stays on 127.0.0.1; telemetry and update checks
 are off. Skipped, with the reason, when the agent is not installed (.ci/run installs it).
 """
@@ -31,18 +31,29 @@ SCRIPT = [{"shell": "seq 1 4000"}, {"shell": "echo step-two-done"}, {"shell": "l
           {"text": "All done."}]
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
+def _stack(tmp_path: Path, base: str) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
+    """The scripted mock and a proxy in front of it (``base``: the upstream's path)."""
     mock = MockUpstream(script=SCRIPT)
     with mock:
         settings = load_settings(flags={"store": "memory://", "ledger": str(tmp_path / "ledger.db"),
                                         "rules": "fold_duplicates,tool_json,budget",
                                         # Codex cuts a command's output to ~10k chars itself
                                         "rule_options": {"tool_json": {"max_chars": 4000}},
-                                        "upstream": mock.url + "/v1"}, env={}, config_path=os.devnull)
+                                        "upstream": mock.url + base}, env={}, config_path=os.devnull)
         app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
         with ServerThread(app) as proxy:
             yield mock, proxy, app
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
+    yield from _stack(tmp_path, "/v1")
+
+
+@pytest.fixture
+def root_stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
+    """Upstream at the host's root: Gemini's paths carry their version."""
+    yield from _stack(tmp_path, "")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -135,3 +146,30 @@ def test_claude_code_session_through_the_proxy(stack, tmp_path):
     assert len(signed) >= 3 and all(b["signature"].startswith("Eq") for b in signed)
     results = [b for b in blocks if b["type"] == "tool_result"]
     assert len(results) >= 3 and "step-two-done" in json.dumps(results[1])
+
+
+@pytest.mark.skipif(shutil.which("gemini") is None,
+                    reason="Gemini CLI not installed (npm i -g @google/gemini-cli)")
+def test_gemini_cli_session_through_the_proxy(root_stack, tmp_path):
+    mock, proxy, app = root_stack
+    work = tmp_path / "work"
+    work.mkdir()
+    env = _env(tmp_path, GEMINI_API_KEY="gm-cli-test", GOOGLE_GEMINI_BASE_URL=proxy.url,
+               GEMINI_CLI_TRUST_WORKSPACE="true")
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+                "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}
+    (Path(env["HOME"]) / ".gemini").mkdir()
+    (Path(env["HOME"]) / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    # a named model: "auto" would first ask a classifier model for JSON the mock does not write
+    done = _run(["gemini", "-m", "gemini-2.5-flash", "--yolo", "-p", "Count to 4000, then list the files."],
+                env, work, stdin="")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    assert "All done." in done.stdout
+    bodies = _check_session(mock, app, "/v1beta/models/gemini-2.5-flash:streamGenerateContent", "gemini")
+    assert mock.received[-1].headers["x-goog-api-key"] == "gm-cli-test"
+    parts = [p for c in bodies[-1]["contents"] for p in c["parts"]]
+    calls = [p for p in parts if "functionCall" in p]
+    assert len(calls) >= 3 and all("thoughtSignature" in p for p in calls)  # the CLI's, kept
+    outputs = [p["functionResponse"]["response"]["output"] for p in parts if "functionResponse" in p]
+    assert "step-two-done" in outputs[1] and "middle of" in outputs[0]

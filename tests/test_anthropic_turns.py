@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from context_engine.proxy.adapters.anthropic_turns import Out, merge
+from context_engine.proxy.dialects.anthropic.turns import Out, merge
 
 
 def _kind(text: str) -> tuple[str, str]:

@@ -30,8 +30,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_engine.proxy.adapters.body import parse_body
-from context_engine.proxy.recall.tool import TOOL_JSON
+from context_engine.proxy.dialects.chat.body import parse_body
+from context_engine.proxy.dialects.chat.recall import TOOL_JSON
 from context_engine.proxy.recording.ledger import read_rows
 from tests.fakes import raw_upstream
 from tests.json_fuzz import BodyGen

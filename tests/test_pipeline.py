@@ -74,7 +74,7 @@ def test_failed_open_is_in_the_ledger(start_proxy, mock):
 SCRIPT = """
 import asyncio, json, sys
 sys.path.insert(0, ".")
-from context_engine.proxy.adapters.body import parse_body, splice
+from context_engine.proxy.dialects.chat.body import parse_body, splice
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.settings import load_settings
 raw = sys.stdin.buffer.read()

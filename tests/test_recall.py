@@ -11,8 +11,8 @@ import os
 import httpx
 import pytest
 
-from context_engine.proxy.adapters.jsonspan import object_spans
 from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.dialects.jsonspan import object_spans
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.originals import keep_original, stored_original

@@ -12,11 +12,11 @@ import httpx
 import openai
 import pytest
 
-from context_engine.proxy.adapters.jsonspan import object_spans
-from context_engine.proxy.recall.wire_anthropic import ANTHROPIC as ANTHROPIC_WIRE
-from context_engine.proxy.recall.wire_anthropic import TOOL as ANTHROPIC_TOOL
-from context_engine.proxy.recall.wire_responses import RESPONSES as RESPONSES_WIRE
-from context_engine.proxy.recall.wire_responses import TOOL as RESPONSES_TOOL
+from context_engine.proxy.dialects.anthropic.recall import ANTHROPIC as ANTHROPIC_WIRE
+from context_engine.proxy.dialects.anthropic.recall import TOOL as ANTHROPIC_TOOL
+from context_engine.proxy.dialects.jsonspan import object_spans
+from context_engine.proxy.dialects.responses.recall import RESPONSES as RESPONSES_WIRE
+from context_engine.proxy.dialects.responses.recall import TOOL as RESPONSES_TOOL
 from tests.fakes.recall_upstream_apis import LEAD, RecallApisUpstream
 from tests.test_recall import LINES, recall_proxies
 
@@ -293,7 +293,7 @@ def test_responses_follow_up_keeps_previous_response_id(proxy, up):
 
 
 def test_responses_stateless_follow_up_drops_reasoning_it_cannot_send_back():
-    from context_engine.proxy.recall.wire import Call, Turn
+    from context_engine.proxy.dialects.recall_wire import Call, Turn
 
     call = {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "context_recall",
             "arguments": '{"id": "#1"}'}
@@ -316,7 +316,7 @@ def test_anthropic_reader_rebuilds_thinking_and_calls_from_the_real_stream_shape
     import asyncio
 
     from context_engine.proxy.demo import mock_apis
-    from context_engine.proxy.recall.stream import event_json
+    from context_engine.proxy.transport.sse import event_json
 
     body = {"model": "claude", "thinking": {"type": "enabled", "budget_tokens": 1024}}
     reply = mock_apis.Reply(tool="context_recall", arguments={"id": "#3"}, call_id="toolu_9")
@@ -364,7 +364,8 @@ def _hidden(reader: Any, event: dict) -> Any:
 
 
 def test_readers_hold_only_from_a_recall_call_and_hide_it_when_relaying():
-    from context_engine.proxy.recall import wire_anthropic, wire_responses
+    from context_engine.proxy.dialects.anthropic import recall as wire_anthropic
+    from context_engine.proxy.dialects.responses import recall as wire_responses
 
     anthropic = wire_anthropic.Reader()
     start = [{"type": "content_block_start", "index": i, "content_block": {

@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from context_engine.proxy.dialects.chat import CHAT
 from context_engine.proxy.transport import relay as relay_module
 from context_engine.proxy.transport.batching import batches
 from tests.fakes import raw_upstream
@@ -31,7 +32,7 @@ async def _relay_burst(url: str) -> tuple[list[bytes], bytes]:
         req = client.build_request("POST", url + "/v1/chat/completions", content=BODY)
         r = await client.send(req, stream=True)
         response = await relay_module.relay(r, time.perf_counter(), [], None, buffer=True,
-                                            coalesce_s=WAIT_S)
+                                            dialect=CHAT, coalesce_s=WAIT_S)
         writes: list[bytes] = []
         never = anyio.Event()
 

@@ -15,9 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from context_engine.proxy.recall import wire_anthropic, wire_responses
-from context_engine.proxy.recall.stream import sse_events
-from context_engine.proxy.recall.tool import Reply
+from context_engine.proxy.dialects.anthropic import recall as wire_anthropic
+from context_engine.proxy.dialects.chat import CHAT
+from context_engine.proxy.dialects.chat.recall import Reply
+from context_engine.proxy.dialects.responses import recall as wire_responses
+from context_engine.proxy.transport.sse import sse_events
 from context_engine.proxy.transport.usage_tap import UsageTap
 from tests.rules.test_linear_time import grows_linearly
 
@@ -42,7 +44,7 @@ def anthropic_events(n: int, kind: str) -> list[dict[str, Any]]:
 
 
 def tap_feeds(n: int) -> None:
-    tap = UsageTap(stream=True)
+    tap = UsageTap(CHAT, stream=True)
     for _ in range(n):
         tap.feed(chat_event({"content": "x"}))
     tap.close()
@@ -50,7 +52,7 @@ def tap_feeds(n: int) -> None:
 
 def tap_feeds_one_long_line(n: int) -> None:
     """One event split over n chunks (a long line arriving in pieces)."""
-    tap = UsageTap(stream=True)
+    tap = UsageTap(CHAT, stream=True)
     event = chat_event({"content": "x" * n})
     for i in range(0, len(event), 20):
         tap.feed(event[i:i + 20])

@@ -1,4 +1,4 @@
-"""The translation memo (proxy/adapters/memo.py): a request that shares its first items
+"""The translation memo (proxy/dialects/memo.py): a request that shares its first items
 with an earlier one reuses their translation, and the result is exactly what a fresh
 translation gives, for growing histories (item by item, so Responses' assistant runs
 grow across requests), retries with a new last item, and any JSON layout."""
@@ -9,9 +9,12 @@ import json
 
 import pytest
 
-from context_engine.bench.wire import to_anthropic, to_responses
-from context_engine.proxy.adapters import anthropic, responses
-from context_engine.proxy.adapters.memo import KEY, TranslationMemo, last_item_start
+from context_engine.bench.wire import OPAQUE_SAMPLES
+from context_engine.proxy.dialects.anthropic import request as anthropic
+from context_engine.proxy.dialects.anthropic.write import body as to_anthropic
+from context_engine.proxy.dialects.memo import KEY, TranslationMemo, last_item_start
+from context_engine.proxy.dialects.responses import request as responses
+from context_engine.proxy.dialects.responses.write import body as to_responses
 
 MODULES = {"responses": responses, "anthropic": anthropic}
 ARRAY = {"responses": "input", "anthropic": "messages"}
@@ -36,7 +39,7 @@ def bodies(api: str, indent: int | None) -> list[bytes]:
     """Requests of one conversation: the array growing one element at a time, then
     retries that replace the last element."""
     build = to_responses if api == "responses" else to_anthropic
-    full = build("gpt-4o", conversation(), None, True)
+    full = build("gpt-4o", conversation(), None, OPAQUE_SAMPLES[api])
     items = full[ARRAY[api]]
     out = []
     for n in range(1, len(items) + 1):

@@ -8,6 +8,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from context_engine.proxy.dialects.anthropic import ANTHROPIC
+from context_engine.proxy.dialects.chat import CHAT
+from context_engine.proxy.dialects.registry import DIALECTS
 from context_engine.proxy.transport.usage_tap import UsageTap
 
 EVENTS = [
@@ -22,7 +25,7 @@ STREAM = b"".join(b"data: " + json.dumps(e, ensure_ascii=False).encode() + b"\r\
 
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=30))
 def test_random_splits_give_identical_usage(cuts):
-    tap = UsageTap(stream=True)
+    tap = UsageTap(CHAT, stream=True)
     bounds = [0, *sorted(cuts), len(STREAM)]
     for a, b in zip(bounds, bounds[1:]):
         tap.feed(STREAM[a:b])
@@ -34,7 +37,7 @@ def test_random_splits_give_identical_usage(cuts):
 def test_gzip_body_is_read_on_the_side():
     body = json.dumps({"choices": [{"message": {"content": "x"}, "finish_reason": "length"}],
                        "usage": {"prompt_tokens": 5, "completion_tokens": 1}}).encode()
-    tap = UsageTap("gzip")
+    tap = UsageTap(CHAT, "gzip")
     packed = gzip.compress(body)
     tap.feed(packed[:10])
     tap.feed(packed[10:])
@@ -43,7 +46,7 @@ def test_gzip_body_is_read_on_the_side():
 
 
 def test_unreadable_encoding_is_ignored():
-    tap = UsageTap("br")
+    tap = UsageTap(CHAT, "br")
     tap.feed(b"\x00garbage")
     assert tap.close().prompt_tokens is None
 
@@ -63,7 +66,7 @@ def _sse(events):
 
 
 def test_anthropic_iterations_are_summed_in_a_body_and_in_a_stream():
-    tap = UsageTap()
+    tap = UsageTap(ANTHROPIC)
     tap.feed(json.dumps({"type": "message", "content": [], "stop_reason": "end_turn",
                          "usage": ITERATED}).encode())
     body = tap.close()
@@ -72,7 +75,7 @@ def test_anthropic_iterations_are_summed_in_a_body_and_in_a_stream():
     delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": ITERATED}
     late = {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 1000}}
     for events in ([start, delta], [start, delta, late]):
-        tap = UsageTap(stream=True)
+        tap = UsageTap(ANTHROPIC, stream=True)
         tap.feed(_sse(events))
         stream = tap.close()
         for u in (body, stream):
@@ -81,7 +84,7 @@ def test_anthropic_iterations_are_summed_in_a_body_and_in_a_stream():
 
 
 def test_anthropic_usage_without_iterations_is_read_as_it_is():
-    tap = UsageTap()
+    tap = UsageTap(ANTHROPIC)
     tap.feed(json.dumps({"type": "message", "usage": {**ITERATED, "iterations": []}}).encode())
     u = tap.close()
     assert (u.prompt_tokens, u.cached_tokens, u.cache_write_tokens, u.completion_tokens) == (
@@ -116,9 +119,10 @@ SHAPES = [
 def test_malformed_usage_and_reply_shapes_never_raise(shape, value):
     obj = SHAPES[shape](value)
     body = json.dumps(obj).encode()
-    tap = UsageTap()
-    tap.feed(body)
-    tap.close()
-    stream = UsageTap(stream=True)
-    stream.feed(b"data: " + body + b"\n\n")
-    stream.close()
+    for dialect in DIALECTS:
+        tap = UsageTap(dialect)
+        tap.feed(body)
+        tap.close()
+        stream = UsageTap(dialect, stream=True)
+        stream.feed(b"data: " + body + b"\n\n")
+        stream.close()

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_engine.proxy.demo.mock_upstream import ServerThread
+from context_engine.proxy.dialects.recall_wire import tool_name
 from context_engine.proxy.edge.app import create_app
 from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.recall.wire import tool_name
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 from tests.conftest import RunningProxy

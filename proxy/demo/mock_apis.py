@@ -21,7 +21,7 @@ from typing import Any
 
 from context_engine.proxy.engine.messages import text_of
 
-SHELL_TOOLS = {"bash", "shell", "shell_command", "exec_command", "local_shell"}
+SHELL_TOOLS = {"bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command"}
 
 
 @dataclass

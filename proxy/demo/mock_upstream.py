@@ -12,7 +12,8 @@ error, or after that delay, and the key ``sk-invalid`` gets a 401, so tests can 
 the proxy's error paths.
 
 ``/v1/responses`` and ``/v1/messages`` answer as OpenAI's Responses API and Anthropic's
-Messages do (``context_engine.proxy.demo.mock_apis``). A ``script`` (steps ``{"shell": cmd}`` or
+Messages do (``context_engine.proxy.demo.mock_apis``), ``/v1beta/models/{model}:generateContent``
+as Gemini does (``mock_gemini``). A ``script`` (steps ``{"shell": cmd}`` or
 ``{"text": ...}``) drives real agents: each request that offers a shell tool gets the
 next step, any other request a plain text reply.
 """
@@ -33,11 +34,11 @@ from starlette.responses import JSONResponse as StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from context_engine.proxy.adapters.anthropic import parse as parse_anthropic
-from context_engine.proxy.adapters.responses import parse as parse_responses
-from context_engine.proxy.demo import mock_apis
+from context_engine.proxy.demo import mock_apis, mock_gemini
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
 from context_engine.proxy.demo.server_thread import ServerThread as ServerThread  # re-exported
+from context_engine.proxy.dialects.anthropic.request import parse as parse_anthropic
+from context_engine.proxy.dialects.responses.request import parse as parse_responses
 from context_engine.proxy.engine.prefix import strip_marks
 from context_engine.proxy.engine.tokens import TokenCounter
 
@@ -231,10 +232,13 @@ def build_mock_app(state: MockState) -> Starlette:
         return JSONResponse(mock_apis.anthropic_message(body, reply, usage),
                             headers={"request-id": "req_mock"})
 
+    gemini = mock_gemini.handler(state, record, _prompt_tokens)
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
+        *(Route(f"/{v}/models/{{model}}:{m}", gemini, methods=["POST"])
+          for v in ("v1beta", "v1") for m in ("generateContent", "streamGenerateContent")),
         Route("/v1/{path:path}", other, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ])
 

@@ -19,9 +19,9 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from context_engine.proxy import __version__
-from context_engine.proxy.adapters import ANTHROPIC, RESPONSES
+from context_engine.proxy.dialects.registry import DIALECTS, for_client
 from context_engine.proxy.edge import shutdown
-from context_engine.proxy.edge.chat import ChatCompletions
+from context_engine.proxy.edge.conversation import Conversation
 from context_engine.proxy.edge.exposure import (
     ClientTokens,
     HostCheck,
@@ -36,7 +36,7 @@ from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.tags import TagPrefix
 from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.errors import error_json, speaks_anthropic
+from context_engine.proxy.errors import OwnError, error_response
 from context_engine.proxy.recording.finish import Finisher
 from context_engine.proxy.recording.ledger import Ledger
 from context_engine.proxy.recording.metrics import Metrics
@@ -53,13 +53,12 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
-    """404/405 of the proxy's own routes, in OpenAI's error shape (Anthropic's for an
-    Anthropic client)."""
+    """404/405 of the proxy's own routes, in the error shape of the client's API."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     message = f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'error')}"
     code = "not_found" if status == 404 else "method_not_allowed"
-    return error_json(status, message, "invalid_request_error", code,
-                      speaks_anthropic(request.url.path, request.headers))
+    return error_response(OwnError(status, message, "invalid_request_error", code),
+                          for_client(request.url.path, request.headers).error_body)
 
 
 def open_ledger(settings: Settings) -> Ledger:
@@ -96,9 +95,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
     watch(metrics, ledger, engine.store, finisher)
     intake = Intake(settings.max_body_bytes, settings.max_inflight_body_bytes, settings.body_read_timeout)
     keyless = KeylessRefusals()  # one upstream: what it refuses, it refuses on every API
-    chat = ChatCompletions(engine, upstream, finisher, intake=intake, keyless=keyless)
-    responses = ChatCompletions(engine, upstream, finisher, RESPONSES, intake, keyless)
-    messages = ChatCompletions(engine, upstream, finisher, ANTHROPIC, intake, keyless)
+    conversations = [Conversation(engine, upstream, finisher, d, intake, keyless) for d in DIALECTS]
     passthrough = Passthrough(upstream, settings.stream_coalesce_ms / 1000)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -150,12 +147,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
         Route("/metrics", admin_only(metrics_endpoint, settings.admin_token), methods=["GET"]),
         Route("/stats", admin_only(stats_endpoint, settings.admin_token), methods=["GET"]),
         Route("/dashboard", admin_only(dashboard, settings.admin_token), methods=["GET"]),
-        Route("/v1/chat/completions", chat.handle, methods=["POST"]),
-        Route("/chat/completions", chat.handle, methods=["POST"]),
-        Route("/v1/responses", responses.handle, methods=["POST"]),
-        Route("/responses", responses.handle, methods=["POST"]),
-        Route("/v1/messages", messages.handle, methods=["POST"]),
-        Route("/v1/{path:path}", passthrough.handle, methods=METHODS),
+        *(Route(path, c.handle, methods=["POST"]) for c in conversations for path in c.dialect.routes),
+        *(Route(path, passthrough.handle, methods=METHODS) for d in DIALECTS for path in d.passthrough),
     ]
     allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
     middleware = [Middleware(TagPrefix)]

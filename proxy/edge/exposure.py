@@ -28,7 +28,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from context_engine.proxy.errors import error_json, speaks_anthropic
+from context_engine.proxy.dialects.registry import for_client
+from context_engine.proxy.errors import OwnError, error_response
 from context_engine.proxy.settings import ConfigError, Settings
 from context_engine.proxy.transport.upstream import KEPT_HERE
 
@@ -130,10 +131,11 @@ class HostCheck:
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
             if host is not None and not self._ok(host):
                 headers = {k.decode("latin-1"): "" for k, _ in scope["headers"]}
-                anthropic = speaks_anthropic(scope.get("path", ""), headers)
-                response = error_json(400, "The Host header does not name this server; add the "
-                                      "name to allowed_hosts if it does.", "invalid_request_error",
-                                      "invalid_host", anthropic)
+                dialect = for_client(scope.get("path", ""), headers)
+                response = error_response(OwnError(
+                    400, "The Host header does not name this server; add the name to "
+                    "allowed_hosts if it does.", "invalid_request_error", "invalid_host"),
+                    dialect.error_body)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -166,9 +168,10 @@ class ClientTokens:
         given = [self._given(k.lower(), v) for k, v in headers]
         if not any(given):
             shape = {k.decode("latin-1").lower(): "" for k, _ in headers}
-            response = error_json(401, "This proxy needs a client token: X-Context-Engine-Token: "
-                                  "<token>.", "invalid_request_error", "invalid_client_token",
-                                  speaks_anthropic(scope.get("path", ""), shape))
+            response = error_response(OwnError(
+                401, "This proxy needs a client token: X-Context-Engine-Token: <token>.",
+                "invalid_request_error", "invalid_client_token"),
+                for_client(scope.get("path", ""), shape).error_body)
             await response(scope, receive, send)
             return
         # the headers stay for the caller's scope (sessions and recall stay per token); they

@@ -5,20 +5,14 @@ rule workers (and the event loop, through the GIL) with huge bodies that the ups
 rejects anyway. Before a keyless upstream (a local model server) nothing is
 ever refused, so every request keeps its rules; a request with a key always does.
 
-Credentials are looked for in what goes upstream: a client token the proxy checked and
-strips (``proxy.edge.exposure``) is not one.
+Credentials are looked for in what goes upstream, where the request's dialect says its
+API carries them (``Dialect.has_credential``: a header, or Gemini's ``?key=``): a client
+token the proxy checked and strips (``proxy.edge.exposure``) is not one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-CREDENTIALS = frozenset({b"authorization", b"x-api-key", b"api-key"})
 REFUSED = frozenset({401, 403})
-
-
-def has_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    return any(k.lower() in CREDENTIALS and v.strip() for k, v in headers)
 
 
 class KeylessRefusals:
@@ -27,10 +21,10 @@ class KeylessRefusals:
     def __init__(self) -> None:
         self.refused = False
 
-    def skip(self, headers: list[tuple[bytes, bytes]]) -> bool:
-        """Whether a request going upstream with ``headers`` should skip the rules."""
-        return self.refused and not has_credential(headers)
+    def skip(self, has_key: bool) -> bool:
+        """Whether a request going upstream (with a key or not) should skip the rules."""
+        return self.refused and not has_key
 
-    def observe(self, headers: list[tuple[bytes, bytes]], status: int) -> None:
-        if not has_credential(headers):  # an upstream that took one after all: rules again
+    def observe(self, has_key: bool, status: int) -> None:
+        if not has_key:  # an upstream that took one after all: rules again
             self.refused = status in REFUSED

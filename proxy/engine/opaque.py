@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 # Keys an adapter adds to a neutral message: the wire container it came from, and the
-# items in it the rules must not touch (``proxy/adapters/base.py`` explains both).
+# items in it the rules must not touch (``proxy/dialects/base.py`` explains both).
 SRC = "_ce_src"
 OPAQUE = "_ce_opaque"
 PLACEHOLDER = {"type": "opaque", "text": ""}  # content of a message holding only opaque units

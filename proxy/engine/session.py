@@ -1,7 +1,8 @@
 """Session ids: the ``X-Session-Id`` header, else derived from the caller and the task.
 
 The caller's scope is an HMAC-SHA256 (full length, 64 hex digits) of the caller's key
-(``Authorization`` or ``api-key``), keyed with the session key. A header id becomes
+(where its API carries it: the dialect's ``credential``; by default ``Authorization``,
+``api-key`` or ``x-api-key``), keyed with the session key. A header id becomes
 ``<header>~<scope>``: the same header value from two keys is two sessions, and no one
 can search for a key whose scope collides with another caller's. The derived id hashes
 the scope with the system prompt and the first user message, so the same agent task
@@ -41,8 +42,9 @@ def _first(messages: list[Any], roles: tuple[str, ...]) -> str:
     return ""
 
 
-def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes) -> str:
-    caller = caller_hash(headers, key)
+def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes,
+               secret: str | None = None) -> str:
+    caller = caller_hash(headers, key, secret)
     given = headers.get(HEADER, "").strip()
     if given:
         return f"{given[:200]}~{caller}"
@@ -51,8 +53,10 @@ def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes) -> s
     return "s-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def caller_hash(headers: Mapping[str, str], key: bytes) -> str:
-    """The caller's scope: a keyed hash of its API key, so memory is scoped per caller."""
-    secret = (headers.get("authorization", "") or headers.get("api-key", "")
-              or headers.get("x-api-key", ""))
+def caller_hash(headers: Mapping[str, str], key: bytes, secret: str | None = None) -> str:
+    """The caller's scope: a keyed hash of its API key (``secret``, as its dialect found
+    it), so memory is scoped per caller."""
+    if secret is None:
+        secret = (headers.get("authorization", "") or headers.get("api-key", "")
+                  or headers.get("x-api-key", ""))
     return hmac.new(key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()

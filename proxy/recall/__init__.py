@@ -2,7 +2,7 @@
 
 The engine decides it with each rewrite (``engine/recall_marks.py`` names each lossy spot,
 ``engine/recall_state.py`` keeps the per-session tool state, ``engine/recall_resolve.py``
-answers a call); here ``loop`` and ``stream`` run the rounds, and each API's wire (``tool`` for
-Chat Completions, ``wire_responses``, ``wire_anthropic``; the interface in ``wire``, by
-name in ``wires``) puts the tool on the wire, reads the calls back and builds the follow-up.
+answers a call); here ``loop`` and ``stream`` run the rounds, and the request's dialect's
+``recall`` wire (``dialects/<api>/recall.py``; the interface in ``dialects/recall_wire.py``)
+puts the tool on the wire, reads the calls back and builds the follow-up.
 """

@@ -1,7 +1,7 @@
 """Answering ``context_recall`` inside the proxy: the client sees only the final reply.
 
-The same loop serves the three APIs; what differs (where the calls are, the follow-up,
-the stream's events) is the request's ``recall.wire.Wire``.
+The same loop serves every API; what differs (where the calls are, the follow-up,
+the stream's events) is the request's dialect's ``recall`` (a ``dialects.recall_wire.Wire``).
 
 When the upstream's reply calls ``context_recall``, the proxy resolves the calls from the
 caller's own session (``engine/recall_resolve.py``: in the request lane, at most
@@ -18,7 +18,7 @@ reply without a recall call is relayed byte for byte. A follow-up that fails rea
 client as that failure. Compressed bodies are read (gzip, deflate, raw deflate); a reply
 the proxy changed (summed usage) goes out uncompressed, any other with its encoding; a
 200 reply in an encoding the proxy cannot read (br, zstd) answers 502, since it may
-call the tool (the request asks for gzip or identity: ``proxy.edge.chat``).
+call the tool (the request asks for gzip or identity: ``proxy.edge.conversation``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,16 +34,18 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 
-from context_engine.proxy.adapters.jsonspan import object_spans, replace_spans
+from context_engine.proxy.dialects.dialect import Dialect
+from context_engine.proxy.dialects.jsonspan import object_spans, replace_spans
+from context_engine.proxy.dialects.recall_wire import Round, Turn, Wire, sum_counts
+from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.engine.lanes import RequestLane
 from context_engine.proxy.engine.recall_resolve import RecallScope, resolve_calls
 from context_engine.proxy.errors import ProxyError, UpstreamBroken, error_response
-from context_engine.proxy.recall.tool import CHAT
-from context_engine.proxy.recall.wire import Round, Turn, Wire, sum_counts
+from context_engine.proxy.transport.decoding import decoded
 from context_engine.proxy.transport.intake import off_loop
 from context_engine.proxy.transport.relay import Done, fault
 from context_engine.proxy.transport.upstream import Upstream, response_headers
-from context_engine.proxy.transport.usage_tap import Usage, UsageTap
+from context_engine.proxy.transport.usage_tap import UsageTap
 
 log = logging.getLogger("context_engine.recall")
 ROUNDS_HEADER = b"x-context-engine-recall-rounds"
@@ -60,7 +61,7 @@ class Recall:
     sent: bytes  # the request body as sent (with the tool); parsed only for a follow-up
     scope: RecallScope
     max_rounds: int
-    wire: Wire = CHAT
+    dialect: Dialect
     lane: RequestLane | None = None  # where calls are resolved (None: inline, tests)
     session: str = ""  # the lane's key: the session's rewrites and recalls run in order
     max_calls: int = 8
@@ -68,6 +69,10 @@ class Recall:
     rounds: list[Round] = field(default_factory=list)
     usages: list[Usage] = field(default_factory=list)  # one per upstream reply
     raw_usages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def wire(self) -> Wire:
+        return self.dialect.recall
 
     def answer_calls(self, turn: Turn) -> bool:
         """Open a new round for the reply's recall calls; False when it has none or no
@@ -114,19 +119,6 @@ class Recall:
         return sum_counts(last, self.raw_usages)
 
 
-def decoded(body: bytes, encoding: str) -> bytes | None:
-    encoding = encoding.lower().strip()
-    if encoding in ("", "identity"):
-        return body
-    if encoding in ("gzip", "deflate"):
-        for wbits in (47, -15):  # a gzip or zlib header; else raw deflate, as some servers send
-            try:
-                return zlib.decompress(body, wbits)
-            except zlib.error:
-                continue
-    return None
-
-
 def reply_json(body: bytes, encoding: str) -> dict[str, Any] | None:
     plain = decoded(body, encoding)
     try:
@@ -149,11 +141,11 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
             problem = fault(exc, "mid-body")
             log.warning(problem.message)
             finish(problem.status, problem.message)
-            return error_response(problem, loop.wire.name == "anthropic")
+            return error_response(problem, loop.dialect.error_body)
         finally:
             await r.aclose()
         encoding = r.headers.get("content-encoding", "")
-        tap = UsageTap(encoding)
+        tap = UsageTap(loop.dialect, encoding)
         tap.feed(body)
         loop.usages.append(tap.close())
         data = reply_json(body, encoding) if r.status_code == 200 else None
@@ -162,16 +154,17 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
                                      f"cannot read ({encoding}) to a request offering context_recall")
             log.warning(problem.message)
             finish(problem.status, problem.message)
-            return error_response(problem, loop.wire.name == "anthropic")
-        if data is not None and isinstance(data.get("usage"), dict):
-            loop.raw_usages.append(data["usage"])
+            return error_response(problem, loop.dialect.error_body)
+        key = loop.wire.usage_key
+        if data is not None and isinstance(data.get(key), dict):
+            loop.raw_usages.append(data[key])
         if data is None or not loop.answer_calls(loop.wire.turn(data)):
             break
         try:
             r = await loop.ask_again()
         except ProxyError as exc:
             finish(exc.status, exc.message)
-            return error_response(exc, loop.wire.name == "anthropic")
+            return error_response(exc, loop.dialect.error_body)
     headers = response_headers(r.headers.raw) + extra
     if loop.rounds:
         plain = decoded(body, encoding) if data is not None else None
@@ -189,13 +182,14 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
 
 
 def _with_usage(loop: Recall, body: bytes, data: dict[str, Any]) -> bytes:
-    """The final reply with its ``usage`` summed over the rounds (the rest as sent)."""
-    if not isinstance(data.get("usage"), dict):
+    """The final reply with its usage summed over the rounds (the rest as sent)."""
+    key = loop.wire.usage_key
+    if not isinstance(data.get(key), dict):
         return body
     text = body.decode("utf-8")
     _, spans = object_spans(text)
-    summed = json.dumps(loop.summed_usage(data["usage"]), separators=(",", ":"))
-    return replace_spans(text, [(spans["usage"], summed)])
+    summed = json.dumps(loop.summed_usage(data[key]), separators=(",", ":"))
+    return replace_spans(text, [(spans[key], summed)])
 
 
 async def _call(fn: Callable[[int, str], None], status: int, error: str) -> None:

@@ -4,8 +4,7 @@ Events go to the client as they come until a ``context_recall`` call begins (the
 ``Reader`` says when: the call's name comes first on every API); from there they are
 held to the end of the reply. Then the held events are dropped, the calls resolved, and
 the stream continues with the follow-up's events, as the API's ``Continuity`` has them
-(chat: as sent, the usage chunk summed; Responses and Anthropic: one response, see
-their wires). The client's own tool calls before it stream as they come.
+(see each dialect's recall wire). The client's own tool calls before it stream as they come.
 
 The reply is relayed instead, with its recall calls left out (``Reader.hide``: later
 indices closed up, a stop reason of "tool calls" with none left becomes a plain stop),
@@ -17,72 +16,22 @@ follow-up that fails, aborts the stream as ``relay`` does.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from starlette.types import Send
 
+from context_engine.proxy.dialects.recall_wire import Reader
+from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.errors import ProxyError
 from context_engine.proxy.recall.loop import Recall
-from context_engine.proxy.recall.wire import Reader
+from context_engine.proxy.transport.decoding import readable
 from context_engine.proxy.transport.relay import Done, StreamRelay
-from context_engine.proxy.transport.usage_tap import Usage, UsageTap
+from context_engine.proxy.transport.sse import event_json, payloads, sse_events, with_data
+from context_engine.proxy.transport.usage_tap import UsageTap
 
 log = logging.getLogger("context_engine.recall")
-END_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed",
-                        "message_stop"})
-
-
-EVENT_END = re.compile(rb"\n\n|\r\n\r\n")
-
-
-READABLE = frozenset({"", "identity", "gzip", "deflate"})  # httpx decodes these
-
-
-def readable(encoding: str) -> bool:
-    """Whether httpx decodes a body of this ``content-encoding`` (``aiter_bytes``)."""
-    return all(e.strip().lower() in READABLE for e in encoding.split(","))
-
-
-async def sse_events(r: httpx.Response) -> AsyncIterator[bytes]:
-    """The body's SSE events, each with its blank-line terminator, whatever the chunking.
-    Linear in the body: an event's chunks are joined once, when its end arrives, and each
-    byte is searched once for an end."""
-    pending: list[bytes] = []  # the chunks of an event whose end has not arrived
-    tail = b""  # the last bytes of ``pending``: an end may begin there
-    async for chunk in r.aiter_bytes():  # decoded (``readable`` encodings only)
-        if not EVENT_END.search(tail + chunk):
-            if chunk:
-                pending.append(chunk)
-                tail = (tail + chunk)[-3:]
-            continue
-        buf = b"".join(pending) + chunk
-        start, pos = 0, max(0, len(buf) - len(chunk) - len(tail))
-        while (end := EVENT_END.search(buf, pos)) is not None:
-            yield buf[start:end.end()]
-            start = pos = end.end()
-        rest = buf[start:]
-        pending, tail = ([rest] if rest else []), rest[-3:]
-    if pending:
-        yield b"".join(pending)
-
-
-def event_json(event: bytes) -> dict[str, Any] | None:
-    for line in event.splitlines():
-        if line.startswith(b"data:"):
-            payload = line[5:].strip()
-            if payload[:1] != b"{":
-                return None
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
-    return None
 
 
 class RecallStream(StreamRelay):
@@ -126,7 +75,7 @@ class RecallStream(StreamRelay):
         """Send one reply's events up to its first recall call; hold the rest (up to
         ``max_held_bytes``: past it, relay them and the rest)."""
         reader, held, size, relaying = self.loop.wire.reader(), list[bytes](), 0, False
-        tap = UsageTap(stream=True)  # the events are decoded
+        tap = UsageTap(self.loop.dialect, stream=True)  # the events are decoded
         self.continuity.start(bool(self.loop.rounds))
         async for event in sse_events(self.r):
             tap.feed(event)
@@ -153,6 +102,7 @@ class RecallStream(StreamRelay):
         """One event to the client, its recall calls hidden (``reader``: the reply it is
         from), as ``Continuity`` has it (``live``: the reply being read, whose usage is not
         in ``loop.raw_usages`` yet)."""
+        out: dict[str, Any] | None = None
         if obj is not None:
             shown = reader.hide(obj)
             if shown is None:
@@ -165,15 +115,7 @@ class RecallStream(StreamRelay):
                 return
             if out is not obj:
                 event = with_data(event, out)
-            kind = out.get("type")
-            self._sent_end = self._sent_end or kind in END_EVENTS
         await send({"type": "http.response.body", "body": event, "more_body": True})
-        self._sent_end = self._sent_end or event.rstrip().endswith(b"data: [DONE]")
+        ends = self.loop.dialect.ends
+        self._sent_end = self._sent_end or any(ends(p, out) for p in payloads(event))
 
-
-def with_data(event: bytes, obj: dict[str, Any]) -> bytes:
-    """The event with its data line replaced by ``obj`` (its other lines as sent)."""
-    lines = [line for line in event.splitlines() if line.strip()]
-    data = b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    out = [data if line.startswith(b"data:") else line for line in lines]
-    return b"\n".join(out) + b"\n\n"

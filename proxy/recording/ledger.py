@@ -86,7 +86,7 @@ class LedgerRow:
     provider_missed_tokens: int = 0
     cache_notes: str = ""
     ts: float = field(default_factory=time.time)
-    api: str = "chat"  # chat | responses | anthropic (the wire format)
+    api: str = "chat"  # the dialect's name: chat | responses | anthropic | gemini (the wire format)
     cache_write_tokens: int | None = None  # Anthropic cache_creation_input_tokens
     replica: str = ""  # the process that served it (``replica`` setting; several share a ledger)
     traceparent: str = ""  # the client's W3C trace context, if it sent one: its span's parent

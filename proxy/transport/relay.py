@@ -8,7 +8,7 @@ client got; it must only schedule work (the ledger row, shadow rewrites, context
 metrics), never block.
 
 Faults stay faults. A body that breaks before anything was sent answers 502 (504 on a
-read timeout) in OpenAI's error shape (Anthropic's on its routes). A stream that breaks
+read timeout) in the request's dialect's error shape. A stream that breaks
 mid-way is aborted: the server drops the connection without the terminating chunk, so
 the client's SDK raises instead of acting on half an answer. A client that hangs up mid-stream closes the
 upstream stream at once; its row says ``client_disconnected``.
@@ -31,6 +31,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from context_engine.proxy.dialects.dialect import Dialect
+from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.errors import (
     ProxyError,
     StreamAborted,
@@ -40,7 +42,7 @@ from context_engine.proxy.errors import (
 )
 from context_engine.proxy.transport.batching import batches
 from context_engine.proxy.transport.upstream import response_headers
-from context_engine.proxy.transport.usage_tap import Usage, UsageTap
+from context_engine.proxy.transport.usage_tap import UsageTap
 
 log = logging.getLogger("context_engine.relay")
 
@@ -61,12 +63,12 @@ def fault(exc: httpx.HTTPError, where: str) -> ProxyError:
 
 
 async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[bytes, bytes]],
-                on_done: Done | None, buffer: bool, anthropic: bool = False,
+                on_done: Done | None, buffer: bool, dialect: Dialect,
                 coalesce_s: float = 0.0) -> Response:
-    """Turn the upstream response into the client's response (a fault before the body
-    was sent answers in Anthropic's error shape when ``anthropic``)."""
+    """Turn the upstream response into the client's response; ``dialect`` reads its usage
+    and shapes a fault before the body was sent."""
     stream = _is_sse(r)
-    tap = UsageTap(r.headers.get("content-encoding", ""), stream=stream) if on_done else None
+    tap = UsageTap(dialect, r.headers.get("content-encoding", ""), stream=stream) if on_done else None
     headers = response_headers(r.headers.raw) + extra_headers
     if not buffer or stream:
         return StreamRelay(r, headers, tap, started, on_done, coalesce_s if stream else 0.0)
@@ -77,7 +79,7 @@ async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[byt
         log.warning(problem.message)
         if on_done is not None:
             on_done(Usage(), (time.perf_counter() - started) * 1000, problem.message, problem.status)
-        return error_response(problem, anthropic)
+        return error_response(problem, dialect.error_body)
     finally:
         await r.aclose()
     background = None

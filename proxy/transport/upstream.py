@@ -113,10 +113,12 @@ class Upstream:
             trust_env=False,
         )
 
-    def url_for(self, scope: Mapping[str, Any]) -> str:
-        """``/v1/x`` and ``/x`` both map to ``<upstream base>/x``; tricks raise ``BadPath``."""
+    def url_for(self, scope: Mapping[str, Any], versioned: bool = False) -> str:
+        """``/v1/x`` and ``/x`` both map to ``<upstream base>/x``, or with ``versioned``
+        (an API whose paths carry their version, as Gemini's do) ``/v1/x`` to
+        ``<upstream base>/v1/x``; tricks raise ``BadPath``."""
         path, query = raw_target(scope)
-        tail = path[3:] if path.startswith("/v1/") else path
+        tail = path[3:] if path.startswith("/v1/") and not versioned else path
         return f"{self.base_url}{tail}" + (f"?{query}" if query else "")
 
     async def send(self, method: str, url: str,

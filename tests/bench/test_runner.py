@@ -112,7 +112,7 @@ def test_replay_bills_the_recall_tool_the_proxy_adds_after_a_lossy_rewrite():
     OpenAI bill of the rewrite arm counts it (and the whole-prefix miss it causes)."""
     from context_engine.bench import billing
     from context_engine.bench.systems import parse_variant
-    from context_engine.proxy.recall.tool import TOOL
+    from context_engine.proxy.dialects.chat.recall import TOOL
 
     messages = agent_messages()
     messages[3] = {**messages[3], "content": "log line\n" * 400}  # clipped: lossy

@@ -1,4 +1,5 @@
-"""``bench --api``: cases as Responses / Anthropic requests through the engine's adapters."""
+"""``bench --api``: cases as Responses / Anthropic / Gemini requests through the engine's
+dialects, each test run for every dialect that is not chat's own form."""
 
 import asyncio
 
@@ -7,8 +8,14 @@ import pytest
 from context_engine.bench.cases import Case, Probe
 from context_engine.bench.runner import run_replay, run_single, summarize
 from context_engine.bench.systems import build_systems, engine_settings
-from context_engine.bench.wire import WireSystem, convert_case, to_wire
-from context_engine.proxy.adapters import ADAPTERS
+from context_engine.bench.wire import (
+    APIS,
+    WireSystem,
+    convert_case,
+    outside_kept,
+    to_wire,
+)
+from context_engine.proxy.dialects.registry import BY_NAME
 from context_engine.proxy.engine.tokens import TokenCounter
 from tests.bench.conftest import agent_messages
 
@@ -21,16 +28,27 @@ def _case(api, opaque=False):
     return case if api == "chat" else convert_case(case, api, "gpt-4o", opaque)
 
 
-@pytest.mark.parametrize("api", ["responses", "anthropic"])
-def test_conversion_round_trips_through_the_adapter(api):
+WIRED = [api for api in APIS if api != "chat"]
+OPAQUE = {"responses": b'"reasoning"', "anthropic": b'"thinking"', "gemini": b'"thoughtSignature"'}
+
+
+@pytest.mark.parametrize("api", WIRED)
+def test_conversion_round_trips_through_the_dialect(api):
     case = _case(api, opaque=True)
-    raw = to_wire(api, "gpt-4o", case.messages, case.tools)
-    parsed = ADAPTERS[api].parse(raw)
+    path, raw = to_wire(api, "gpt-4o", case.messages, case.tools)
+    parsed = BY_NAME[api].parse(raw, path)
     assert parsed.splice(list(parsed.chat["messages"])) == raw
-    assert (b'"reasoning"' if api == "responses" else b'"thinking"') in raw
+    assert OPAQUE[api] in raw
 
 
-@pytest.mark.parametrize("api", ["responses", "anthropic"])
+def test_outside_kept_sees_any_byte_changed_outside_the_conversation():
+    raw = b'{"contents": [1], "tools": [ 1 ], "x": 2}'
+    assert outside_kept(raw, b'{"contents":[],"tools": [ 1 ], "x": 2}', ("contents",))
+    assert not outside_kept(raw, b'{"contents": [1], "tools": [1], "x": 2}', ("contents",))
+    assert not outside_kept(raw, b'{"contents": [1], "tools": [ 1 ]}', ("contents",))
+
+
+@pytest.mark.parametrize("api", WIRED)
 def test_engine_through_each_api_matches_chat(api):
     settings = engine_settings("fold_duplicates,tool_json")
     results = {}
@@ -42,6 +60,7 @@ def test_engine_through_each_api_matches_chat(api):
         if name != "chat":
             tally = systems[1].tally
             assert tally.requests == 1 and tally.intact == 1
+            assert tally.sent == 1 and tally.transparent == 1
     chat, other = results["chat"]["engine"], results[api]["engine"]
     assert other["retention"] == chat["retention"] == 1.0
     assert other["invalid"] == 0 and other["failed_open"] == 0

@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from context_engine.proxy.adapters import anthropic as anthropic_adapter
-from context_engine.proxy.adapters import responses as responses_adapter
 from context_engine.proxy.demo.mock_upstream import ServerThread
-from context_engine.proxy.recall.wire import tool_name
+from context_engine.proxy.dialects.anthropic import request as anthropic_adapter
+from context_engine.proxy.dialects.recall_wire import tool_name
+from context_engine.proxy.dialects.responses import request as responses_adapter
 from tests.fakes.recall_upstream import decide
 from tests.fakes.upstreams import ANTHROPIC_BOOM, BOOM
 

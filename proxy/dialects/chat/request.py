@@ -1,12 +1,11 @@
-"""Chat Completions: the neutral form itself; ``context_engine.proxy.adapters.body`` parses and splices it."""
+"""Chat Completions: the neutral form itself; ``context_engine.proxy.dialects.chat.body`` parses and splices it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.adapters.base import Parsed
-from context_engine.proxy.adapters.body import ParsedBody, parse_body, splice
-from context_engine.proxy.errors import ProxyError
+from context_engine.proxy.dialects.base import Parsed
+from context_engine.proxy.dialects.chat.body import ParsedBody, parse_body, splice
 
 
 def _splicer(body: ParsedBody, raw: bytes) -> Any:
@@ -15,11 +14,9 @@ def _splicer(body: ParsedBody, raw: bytes) -> Any:
     return put
 
 
-def parse(raw: bytes) -> Parsed:
+def parse(raw: bytes, path: str = "") -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body)."""
     body = parse_body(raw)
     return Parsed(body.data, body.data, body.data.get("stream") is True, _splicer(body, raw),
                   rewritable=body.rewritable)
 
-
-def error_body(exc: ProxyError) -> bytes:
-    return exc.body()

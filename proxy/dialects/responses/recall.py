@@ -1,4 +1,4 @@
-"""``context_recall`` on the Responses API (``POST /v1/responses``): a ``recall.wire.Wire``.
+"""``context_recall`` on the Responses API (``POST /v1/responses``): a ``dialects.recall_wire.Wire``.
 
 - The tool is a ``{"type": "function", "name": "context_recall", ..., "strict": false}``
   after the client's tools (``strict`` spelled out: its schema has optional fields).
@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.engine.recall_resolve import TOOL_NAME
-from context_engine.proxy.recall.wire import (
+from context_engine.proxy.dialects.recall_wire import (
     DESCRIPTION,
     PARAMETERS,
     Hold,
@@ -38,6 +37,7 @@ from context_engine.proxy.recall.wire import (
     split_calls,
     sum_counts,
 )
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 
 TOOL: dict[str, Any] = {"type": "function", "name": TOOL_NAME, "description": DESCRIPTION,
                         "parameters": PARAMETERS, "strict": False}

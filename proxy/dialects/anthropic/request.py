@@ -19,12 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from context_engine.proxy.adapters.anthropic_turns import Out, valid_turns
-from context_engine.proxy.adapters.base import (
+from context_engine.proxy.dialects.anthropic.turns import Out, valid_turns
+from context_engine.proxy.dialects.base import (
+    SYSTEM,
     Container,
     Group,
     Parsed,
     Unit,
+    changed_system,
+    containers_of,
     dumps,
     groups,
     join_pieces,
@@ -32,31 +35,25 @@ from context_engine.proxy.adapters.base import (
     plain_text,
     rebuild_units,
 )
-from context_engine.proxy.adapters.jsonspan import (
+from context_engine.proxy.dialects.jsonspan import (
     array_spans,
     decode_request,
     replace_spans,
     value_start,
 )
-from context_engine.proxy.adapters.memo import TranslationMemo
+from context_engine.proxy.dialects.memo import TranslationMemo
 from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.prefix import MARK
-from context_engine.proxy.errors import BadRequest, ProxyError, anthropic_body
+from context_engine.proxy.errors import BadRequest
 
 CONTENT = {"text", "image", "document", "search_result"}
 # block type -> unit kind, per role (anything else is opaque)
 KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
          "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
-SYSTEM = -1
 TEXT = ("text",)
 ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
 MEMO = TranslationMemo()
-
-
-def error_body(exc: ProxyError) -> bytes:
-    """The proxy's own errors in Anthropic's shape."""
-    return anthropic_body(exc.status, exc.message)
 
 
 def _check(data: dict[str, Any]) -> None:
@@ -205,14 +202,10 @@ class MessagesRequest:
 
     def _fill_raw(self) -> None:
         """The containers (one per message), with each block's exact text (only to splice)."""
-        spans = array_spans(self.text, self.spans["messages"][0])
-        of: list[list[dict[str, Any]]] = [[] for _ in spans]
-        for m in self.messages:
-            if m[SRC] != SYSTEM:
-                of[m[SRC]].append(m)
-        self.containers = [Container([], of[n], obj) for n, obj in enumerate(self.data["messages"])]
-        for c, (b, e) in zip(self.containers, spans):
-            c.bounds, c.raw = (b, e), self.text[b:e]
+        self.containers = containers_of(self.text, self.spans["messages"][0], self.data["messages"],
+                                        self.messages)
+        for c in self.containers:
+            b = c.bounds[0]
             role, content = c.obj["role"], c.obj["content"]
             if role not in ROLES:
                 c.units = [Unit("opaque", c.obj, "", c.raw)]
@@ -237,12 +230,9 @@ class MessagesRequest:
     def splice(self, messages: list[Any]) -> bytes:
         gs = groups(messages)
         edits: list[tuple[tuple[int, int], str]] = []
-        if self.messages and self.messages[0].get(SRC) == SYSTEM:
-            first = gs.pop(0) if gs and gs[0].src == SYSTEM else None
-            if first is None or len(first.messages) != 1:
-                raise ValueError("the system prompt was removed or reshaped")
-            if first.messages[0] != self.messages[0]:
-                edits.append((self.spans["system"], self._system(first.messages[0].get("content"))))
+        system = changed_system(gs, self.messages)
+        if system is not None:
+            edits.append((self.spans["system"], self._system(system.get("content"))))
         self._fill_raw()
         sent = [Out(c.obj["role"], [u.raw for u in c.units], n)
                 for n, c in enumerate(self.containers)]
@@ -282,5 +272,6 @@ class MessagesRequest:
         return known
 
 
-def parse(raw: bytes) -> Parsed:
+def parse(raw: bytes, path: str = "") -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body)."""
     return MessagesRequest(raw).parsed()

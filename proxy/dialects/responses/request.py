@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_engine.proxy.adapters.base import (
+from context_engine.proxy.dialects.base import (
     Container,
     Group,
     Parsed,
@@ -27,10 +27,10 @@ from context_engine.proxy.adapters.base import (
     plain_text,
     rebuild_units,
 )
-from context_engine.proxy.adapters.jsonspan import array_spans, decode_request, replace_spans
-from context_engine.proxy.adapters.memo import TranslationMemo
+from context_engine.proxy.dialects.jsonspan import array_spans, decode_request, replace_spans
+from context_engine.proxy.dialects.memo import TranslationMemo
 from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
-from context_engine.proxy.errors import BadRequest, ProxyError
+from context_engine.proxy.errors import BadRequest
 
 CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
 RESULTS = {"function_call_output", "custom_tool_call_output"}
@@ -283,9 +283,7 @@ class ResponsesRequest:
         return [(None, i) for i in items]
 
 
-def parse(raw: bytes) -> Parsed:
+def parse(raw: bytes, path: str = "") -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body)."""
     return ResponsesRequest(raw).parsed()
 
-
-def error_body(exc: ProxyError) -> bytes:
-    return exc.body()

@@ -1,22 +1,24 @@
-"""What the recall loop needs from each API (``Wire``), and what the three share.
+"""What the recall loop needs from each API (``Wire``, a dialect's ``recall``), and what
+the wires share.
 
-The loop (``recall.loop``, ``recall.stream``) is written once; each API (Chat
-Completions in ``recall.tool``, Responses in ``recall.wire_responses``, Anthropic
-Messages in ``recall.wire_anthropic``) says how its tool looks, when a request may get
-it, where a reply's calls are, how the follow-up is built, how one streamed reply is
+The loop (``recall.loop``, ``recall.stream``) is written once; each dialect's wire
+(``dialects/<api>/recall.py``) says how its tool looks, when a request may get it, where
+a reply's calls and usage are, how the follow-up is built, how one streamed reply is
 read (``Reader``) and how the follow-up's events continue the client's stream
 (``Continuity``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_engine.proxy.adapters.jsonspan import object_spans
+from context_engine.proxy.dialects.jsonspan import object_spans
 from context_engine.proxy.engine.recall_resolve import TOOL_NAME
+from context_engine.proxy.engine.tokens import TokenCounter
 
 DESCRIPTION = ("Return text the context proxy shortened or left out of this conversation: "
                "pass the id a marker names (orig:<id>, or #n for turn n), or a query to "
@@ -28,6 +30,20 @@ PARAMETERS: dict[str, Any] = {"type": "object", "properties": {
 
 def compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+NEUTRAL_TOOL: dict[str, Any] = {"type": "function", "function": {
+    "name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}}
+
+
+@functools.lru_cache(maxsize=8)
+def tool_tokens(encoding: str) -> int:
+    """What the definition adds to a request's input tokens (counted in the neutral
+    form, as the engine counts every request)."""
+    counter = TokenCounter(encoding)
+    probe = [{"role": "user", "content": "x"}]
+    other = [{"type": "function", "function": {"name": "x", "parameters": {"type": "object"}}}]
+    return counter.request(probe, other + [NEUTRAL_TOOL]) - counter.request(probe, other)
 
 
 @dataclass
@@ -111,6 +127,7 @@ class Continuity(Protocol):
 
 class Wire(Protocol):
     name: str
+    usage_key: str  # where a whole reply body holds its usage object
 
     def can_offer(self, data: dict[str, Any]) -> bool: ...
 
@@ -142,6 +159,24 @@ def sum_counts(last: dict[str, Any], all_usages: list[dict[str, Any]]) -> dict[s
     return out
 
 
+class SummedUsage:
+    """A follow-up's events go out as sent; only the usage object (``key``) of one that
+    carries it holds the sum over rounds (Chat Completions' usage chunk, each Gemini
+    chunk's ``usageMetadata``)."""
+
+    def __init__(self, key: str = "usage") -> None:
+        self.key = key
+
+    def start(self, follow: bool) -> None:
+        pass
+
+    def event(self, obj: dict[str, Any], follow: bool,
+              usages: list[dict[str, Any]]) -> dict[str, Any] | None:
+        if follow and isinstance(obj.get(self.key), dict):
+            return {**obj, self.key: sum_counts(obj[self.key], usages)}
+        return obj
+
+
 class WireBase:
     """What every wire does alike: its tool appended to the client's, a fresh reader per
     streamed reply and a fresh continuity per client stream."""
@@ -150,6 +185,7 @@ class WireBase:
                  continuity: Callable[[], Continuity]) -> None:
         self.name, self.tool, self.tool_json = name, tool, compact(tool)
         self._reader, self._continuity = reader, continuity
+        self.usage_key = "usage"
 
     def add_tool(self, raw: bytes) -> bytes:
         return add_tool(raw, self.tool_json)

@@ -2,7 +2,7 @@
 
 The upstream body must be the client's JSON with only ``messages`` replaced: every other
 field keeps its exact bytes. ``parse_body`` walks the top-level object once with the C
-JSON scanner (``context_engine.proxy.adapters.jsonspan``) and remembers where the ``messages`` value lies in
+JSON scanner (``context_engine.proxy.dialects.jsonspan``) and remembers where the ``messages`` value lies in
 the text; ``splice`` puts the new messages there.
 
 JSON may escape lone UTF-16 surrogates (``"\ud800"``, a JS-truncated emoji). Python
@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from context_engine.proxy.adapters.jsonspan import decode_request
+from context_engine.proxy.dialects.jsonspan import decode_request
 from context_engine.proxy.errors import BadRequest
 
 

@@ -23,7 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from context_engine.proxy.dialects.jsonspan import array_spans
 from context_engine.proxy.engine.opaque import SRC
+
+SYSTEM = -1  # the SRC of a leading system message read from a field of its own
 
 
 def dumps(obj: Any) -> str:
@@ -84,6 +87,32 @@ class Group:
 
     def results(self) -> dict[str, dict[str, Any]]:
         return {str(m.get("tool_call_id")): m for m in self.messages if m.get("role") == "tool"}
+
+
+def containers_of(text: str, start: int, objs: list[Any],
+                  messages: list[dict[str, Any]]) -> list[Container]:
+    """One container per element of the JSON array at ``start`` (``objs``, decoded), with
+    its neutral messages, exact text and bounds (its units are the dialect's to fill)."""
+    spans = array_spans(text, start)
+    of: list[list[dict[str, Any]]] = [[] for _ in spans]
+    for m in messages:
+        if m[SRC] != SYSTEM:
+            of[m[SRC]].append(m)
+    out = [Container([], of[n], obj) for n, obj in enumerate(objs)]
+    for c, (b, e) in zip(out, spans):
+        c.bounds, c.raw = (b, e), text[b:e]
+    return out
+
+
+def changed_system(gs: list[Group], sent: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rewritten system message, when the request had one (its group is taken off
+    ``gs``) and a rule changed it; ``ValueError`` when it was removed or reshaped."""
+    if not sent or sent[0].get(SRC) != SYSTEM:
+        return None
+    first = gs.pop(0) if gs and gs[0].src == SYSTEM else None
+    if first is None or len(first.messages) != 1:
+        raise ValueError("the system prompt was removed or reshaped")
+    return first.messages[0] if first.messages[0] != sent[0] else None
 
 
 def groups(messages: list[Any]) -> list[Group]:

@@ -1,5 +1,6 @@
-"""A conversation request (chat completions, Responses, Anthropic Messages): read,
-validate, rewrite, forward, relay, record. The adapter translates the wire format.
+"""A conversation request, in any dialect (``proxy.dialects``): read, validate, rewrite,
+forward, relay, record. The dialect translates the wire format and everything else the
+API says its own way; nothing here asks which API it serves.
 
 Fail open at run time: any problem in the rewrite sends the client's original bytes.
 Errors of the proxy's own (bad body, upstream unreachable) answer in the API's own
@@ -16,22 +17,29 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from context_engine.proxy.adapters import CHAT, Adapter
-from context_engine.proxy.adapters.base import Parsed
+from context_engine.proxy.dialects.base import Parsed
+from context_engine.proxy.dialects.dialect import Dialect
+from context_engine.proxy.dialects.recall_wire import tool_tokens
+from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.tags import tags
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
-from context_engine.proxy.errors import BadRequest, ProxyError, ServerBusy, UpstreamBroken
+from context_engine.proxy.errors import (
+    BadRequest,
+    ProxyError,
+    ServerBusy,
+    UpstreamBroken,
+    error_response,
+)
 from context_engine.proxy.recall.loop import Recall, answer
-from context_engine.proxy.recall.stream import RecallStream, readable
-from context_engine.proxy.recall.tool import tool_tokens
-from context_engine.proxy.recall.wires import WIRES
+from context_engine.proxy.recall.stream import RecallStream
 from context_engine.proxy.recording.finish import Finisher
 from context_engine.proxy.recording.row_parts import Answered, Received, Rewritten
 from context_engine.proxy.sanitize import model_name
 from context_engine.proxy.settings import Settings
+from context_engine.proxy.transport.decoding import readable
 from context_engine.proxy.transport.intake import Intake, Ticket, off_loop
 from context_engine.proxy.transport.relay import relay
 from context_engine.proxy.transport.upstream import (
@@ -40,7 +48,6 @@ from context_engine.proxy.transport.upstream import (
     request_headers,
     response_headers,
 )
-from context_engine.proxy.transport.usage_tap import Usage
 
 log = logging.getLogger("context_engine.chat")
 
@@ -51,12 +58,14 @@ def accepting(headers: list[tuple[bytes, bytes]], encodings: str) -> list[tuple[
         (b"accept-encoding", encodings.encode())]
 
 
-class ChatCompletions:
+class Conversation:
+    """The routes of one dialect."""
+
     def __init__(self, engine: Engine, upstream: Upstream, finisher: Finisher,
-                 adapter: Adapter = CHAT, intake: Intake | None = None,
+                 dialect: Dialect, intake: Intake | None = None,
                  keyless: KeylessRefusals | None = None) -> None:
-        self.adapter = adapter
-        self.wire = WIRES[adapter.name]
+        self.dialect = dialect
+        self.wire = dialect.recall
         self.engine = engine
         self.upstream = upstream
         self.finisher = finisher
@@ -78,13 +87,15 @@ class ChatCompletions:
     async def _handle(self, request: Request, ticket: Ticket) -> Response:
         t0, arrived = time.perf_counter(), time.time()
         headers = request_headers(request.headers.raw, kept_here(request.scope))
+        query = request.url.query
+        has_key = self.dialect.has_credential(headers, query)
         try:
-            url = self.upstream.url_for(request.scope)
+            url = self.upstream.url_for(request.scope, self.dialect.versioned_paths)
             raw = await self.intake.read(request, ticket)
             mode = modes.resolve(request.headers, self.settings.mode)
-            if self.keyless.skip(headers):  # the upstream will refuse it: not even parsed
+            if self.keyless.skip(has_key):  # the upstream will refuse it: not even parsed
                 return await self._refused(request, url, headers, raw, mode, t0, arrived)
-            body = await off_loop(len(raw), self.adapter.parse, raw)
+            body = await off_loop(len(raw), self.dialect.parse, raw, request.url.path)
         except ProxyError as exc:
             return self._error(exc)
         try:
@@ -99,7 +110,7 @@ class ChatCompletions:
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
             received = Received(model=model_name(body.data.get("model")), mode=mode,
-                                arm="passthrough", path=request.url.path, api=self.adapter.name)
+                                arm="passthrough", path=request.url.path, api=self.dialect.name)
             rewritten, rewrite, out = Rewritten(failed_open=True), None, raw
         arm = received.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
@@ -126,7 +137,7 @@ class ChatCompletions:
             self.finisher.schedule(received, rewritten, answered, body.chat, rewrite, Usage(),
                                    shadow=False, size=len(raw))
             raise
-        self.keyless.observe(headers, r.status_code)
+        self.keyless.observe(has_key, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             cost = loop.cost() if loop is not None else (0, 0, 0)
@@ -137,7 +148,7 @@ class ChatCompletions:
         extra = [(b"x-context-engine-tokens-before", str(rewritten.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(rewritten.tokens_sent).encode())]
         loop = None if recall is None or r.status_code != 200 else Recall(
-            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.wire,
+            self.upstream, url, headers, out, recall.scope, self.settings.recall.max_rounds, self.dialect,
             lane=self.engine.requests, session=received.session,
             max_calls=self.settings.recall.max_calls, deadline_s=self.engine.deadline_s)
         if loop is not None:
@@ -151,15 +162,16 @@ class ChatCompletions:
                 return self._error(problem)
             return RecallStream(loop, r, response_headers(r.headers.raw) + extra, started, done,
                                 self.settings.recall.max_held_bytes)
-        return await relay(r, started, extra, done, buffer=True,
-                           anthropic=self.adapter.name == "anthropic", coalesce_s=self.coalesce_s)
+        return await relay(r, started, extra, done, buffer=True, dialect=self.dialect,
+                           coalesce_s=self.coalesce_s)
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None,
                        offer: bool = False) -> tuple[Received, Rewritten, Rewrite | None, bytes]:
         """The ledger row's ``Received`` and ``Rewritten`` parts, the rewrite (rewrite arm
         only) and the bytes to send upstream."""
-        sid = session_id(request.headers, body.chat["messages"], self.session_key)
+        secret = self.dialect.credential(request.headers, request.url.query)
+        sid = session_id(request.headers, body.chat["messages"], self.session_key, secret)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         agent, project = tags(request.headers)
         notes = dict(body.notes)
@@ -168,7 +180,7 @@ class ChatCompletions:
         if too_big and arm == "rewrite":
             notes["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
-            caller = caller_hash(request.headers, self.session_key)
+            caller = caller_hash(request.headers, self.session_key, secret)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw))
             rewritten = Rewritten.of(rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
@@ -176,7 +188,7 @@ class ChatCompletions:
                 arm = "bypass"
             rewritten = Rewritten.counted(await off_loop(len(raw), self.engine.count, body.chat))
         received = Received(session=sid, model=model_name(body.chat.get("model")), mode=mode,
-                            arm=arm, path=request.url.path, api=self.adapter.name,
+                            arm=arm, path=request.url.path, api=self.dialect.name,
                             stream=body.stream, agent=agent, project=project, notes=notes,
                             traceparent=request.headers.get("traceparent", "")[:128])
         out = raw
@@ -185,7 +197,7 @@ class ChatCompletions:
             if spliced is None:  # the wire format cannot carry the rewrite: the original goes out
                 rewritten = rewritten.unspliced()
             out = raw if spliced is None else spliced
-        if (self.settings.cache.prompt_cache_key == "session" and self.adapter.name in ("chat", "responses")
+        if (self.settings.cache.prompt_cache_key == "session" and self.dialect.prompt_cache_key
                 and "prompt_cache_key" not in body.data):
             out = await off_loop(len(out), profiles.add_prompt_cache_key, out, sid)
         return received, rewritten, rewrite, out
@@ -195,7 +207,7 @@ class ChatCompletions:
         """A request without a credential to an upstream that refuses those
         (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
         self.finisher.begin()
-        received = Received(mode=mode, arm="bypass", path=request.url.path, api=self.adapter.name,
+        received = Received(mode=mode, arm="bypass", path=request.url.path, api=self.dialect.name,
                         notes={"skipped": "no_credentials"}, ts=arrived,
                         proxy_ms=(time.perf_counter() - t0) * 1000)
         counted = Rewritten.counted(len(raw) // 4)
@@ -210,19 +222,18 @@ class ChatCompletions:
             if isinstance(exc, ProxyError):
                 return self._error(exc)
             raise
-        self.keyless.observe(headers, r.status_code)
+        self.keyless.observe(False, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             self.finisher.schedule(received, counted, Answered(status, error, upstream_ms), nothing, None,
                                    usage, shadow=False)
 
-        return await relay(r, started, [], done, buffer=True, anthropic=self.adapter.name == "anthropic",
+        return await relay(r, started, [], done, buffer=True, dialect=self.dialect,
                            coalesce_s=self.coalesce_s)
 
     def _error(self, exc: ProxyError) -> Response:
         headers = {"retry-after": "1"} if isinstance(exc, ServerBusy) else None
-        return Response(self.adapter.error_body(exc), status_code=exc.status,
-                        media_type="application/json", headers=headers)
+        return error_response(exc, self.dialect.error_body, headers)
 
     def _splice(self, body: Parsed, rewrite: Rewrite) -> bytes | None:
         """The rewrite in the client's bytes; None when the wire format cannot carry it."""

@@ -1,4 +1,4 @@
-"""``context_recall`` on Anthropic Messages (``POST /v1/messages``): a ``recall.wire.Wire``.
+"""``context_recall`` on Anthropic Messages (``POST /v1/messages``): a ``dialects.recall_wire.Wire``.
 
 - The tool is ``{"name": "context_recall", "description": ..., "input_schema": ...}``
   after the client's tools, without ``cache_control``: the client's breakpoints stay
@@ -21,8 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from context_engine.proxy.engine.recall_resolve import TOOL_NAME
-from context_engine.proxy.recall.wire import (
+from context_engine.proxy.dialects.recall_wire import (
     DESCRIPTION,
     PARAMETERS,
     Hold,
@@ -35,6 +34,7 @@ from context_engine.proxy.recall.wire import (
     split_calls,
     sum_counts,
 )
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 
 TOOL: dict[str, Any] = {"name": TOOL_NAME, "description": DESCRIPTION, "input_schema": PARAMETERS}
 

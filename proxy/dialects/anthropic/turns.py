@@ -12,24 +12,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from context_engine.proxy.adapters.base import dumps
+from context_engine.proxy.dialects.base import dumps
+from context_engine.proxy.dialects.turns import KindOf, Out, merge
 
 LEFT_OUT = dumps({"type": "text", "text": "(earlier turns left out)"})
-KindOf = Callable[[str], tuple[str, str]]  # a block's text -> (its type, its tool id)
-
-
-@dataclass
-class Out:
-    """One message on its way back: role, block texts, and ``src`` when it is unchanged."""
-
-    role: str
-    blocks: list[str]
-    src: int | None = None
-    raw: str = ""
-    orig: int | None = None  # the client's message it comes from, changed or not
+__all__ = ["LEFT_OUT", "KindOf", "Out", "merge", "problems", "valid_turns"]
 
 
 def valid_turns(outs: list[Out], sent: list[Out], kind_of: KindOf) -> list[Out]:
@@ -41,35 +28,6 @@ def valid_turns(outs: list[Out], sent: list[Out], kind_of: KindOf) -> list[Out]:
     if new:
         raise ValueError(f"the rewrite would be invalid for Anthropic: {sorted(new)[:3]}")
     return outs
-
-
-def merge(outs: list[Out], kind_of: KindOf) -> list[Out]:
-    """Same-role neighbours the rewrite made neighbours as one message, tool results
-    first; one pass, each block's kind read once."""
-    merged: list[Out] = []
-    run: list[Out] = []  # the outs merged[-1] stands for
-
-    def close() -> None:
-        if len(run) > 1:
-            blocks = [b for r in run for b in r.blocks]
-            result = [kind_of(b)[0] == "tool_result" for b in blocks]
-            merged[-1] = Out(run[-1].role, [b for b, r in zip(blocks, result) if r]
-                             + [b for b, r in zip(blocks, result) if not r])
-
-    for o in outs:
-        if not o.blocks and not o.raw:  # emptied by the rewrite (one sent empty stays)
-            continue
-        prev = merged[-1] if merged else None
-        sent_so = prev is not None and len(run) == 1 and prev.orig is not None \
-            and o.orig == prev.orig + 1
-        if prev is not None and prev.role == o.role and not sent_so:
-            run.append(o)
-        else:
-            close()
-            merged.append(o)
-            run = [o]
-    close()
-    return merged
 
 
 def problems(outs: list[Out], kind_of: KindOf) -> set[str]:

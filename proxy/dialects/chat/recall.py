@@ -1,4 +1,4 @@
-"""The ``context_recall`` tool on the Chat Completions wire (``CHAT``, a ``recall.wire.Wire``):
+"""The ``context_recall`` tool on the Chat Completions wire (``CHAT``, a ``dialects.recall_wire.Wire``):
 its definition, whether a request may get it, adding it to the client's bytes, reading
 calls to it back from a reply or a stream, and the follow-up request.
 
@@ -10,38 +10,25 @@ tool of that name.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from context_engine.proxy.engine.recall_resolve import TOOL_NAME
-from context_engine.proxy.engine.tokens import TokenCounter
-from context_engine.proxy.recall.wire import (
-    DESCRIPTION,
-    PARAMETERS,
+from context_engine.proxy.dialects.recall_wire import (
+    NEUTRAL_TOOL,
     Call,
     Hold,
     Round,
+    SummedUsage,
     Turn,
     WireBase,
     compact,
     finish_body,
     may_call,
-    sum_counts,
 )
+from context_engine.proxy.engine.recall_resolve import TOOL_NAME
 
-TOOL: dict[str, Any] = {"type": "function", "function": {
-    "name": TOOL_NAME, "description": DESCRIPTION, "parameters": PARAMETERS}}
+TOOL: dict[str, Any] = NEUTRAL_TOOL
 TOOL_JSON = compact(TOOL)
-
-
-@functools.lru_cache(maxsize=8)
-def tool_tokens(encoding: str) -> int:
-    """What the definition adds to a request's input tokens."""
-    counter = TokenCounter(encoding)
-    probe = [{"role": "user", "content": "x"}]
-    other = [{"type": "function", "function": {"name": "x", "parameters": {"type": "object"}}}]
-    return counter.request(probe, other + [TOOL]) - counter.request(probe, other)
 
 
 def can_offer(data: dict[str, Any]) -> bool:
@@ -135,20 +122,6 @@ def _index(call: dict[str, Any]) -> int:
     return raw if isinstance(raw, int) else 0
 
 
-class ChatContinuity:
-    """A follow-up's chunks go out as sent, its role delta included; only the usage
-    chunk after a recall round carries the sum over rounds."""
-
-    def start(self, follow: bool) -> None:
-        pass
-
-    def event(self, obj: dict[str, Any], follow: bool,
-              usages: list[dict[str, Any]]) -> dict[str, Any] | None:
-        if follow and isinstance(obj.get("usage"), dict):
-            return {**obj, "usage": sum_counts(obj["usage"], usages)}
-        return obj
-
-
 class ChatWire(WireBase):
 
     def can_offer(self, data: dict[str, Any]) -> bool:
@@ -175,4 +148,4 @@ class ChatWire(WireBase):
         return finish_body(body, last)
 
 
-CHAT = ChatWire("chat", TOOL, Reply, ChatContinuity)
+CHAT = ChatWire("chat", TOOL, Reply, SummedUsage)
