@@ -18,7 +18,10 @@ from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.settings import load_settings
 from context_engine.proxy.store.stores import MemoryStore
 
-hyp_settings.register_profile("fast", max_examples=60, deadline=None)
+# "fast" (the default, and CI's): the same examples on every run, so a fresh clone replays
+# exactly what passed here; "deep" draws 1,000 new ones per test each run to go on finding
+# cases (HYPOTHESIS_PROFILE=deep python3 -m pytest tests/rules)
+hyp_settings.register_profile("fast", max_examples=60, deadline=None, derandomize=True, database=None)
 hyp_settings.register_profile("deep", max_examples=1000, deadline=None)
 hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 

@@ -1,6 +1,6 @@
 """context_recall on Gemini generateContent, answered inside the proxy: the real
 google-genai SDK, a real proxy, and a loopback upstream that answers as Gemini does,
-with the recall script of tests/recall_upstream.py (``decide``)."""
+with the recall script of tests/fakes/recall_upstream.py (``decide``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from starlette.routing import Route
 from context_engine.proxy.demo.server_thread import ServerThread
 from context_engine.proxy.dialects.gemini.recall import GEMINI, TOOL
 from context_engine.proxy.dialects.gemini.request import parse
-from tests.recall_upstream import decide
+from tests.fakes.recall_upstream import decide
 from tests.test_recall import LINES, recall_proxies
 
 genai = pytest.importorskip("google.genai")

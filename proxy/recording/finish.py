@@ -48,7 +48,7 @@ log = logging.getLogger("context_engine.finish")
 
 
 class Answer(Protocol):
-    """What finishing reads of the response (``transport/usage_tap.py``'s ``Usage`` is one)."""
+    """What finishing reads of the response (``dialects/usage.py``'s ``Usage`` is one)."""
 
     @property
     def text(self) -> str: ...

@@ -99,7 +99,7 @@ class Rewritten:
 
 
 class Metered(Protocol):
-    """The usage the upstream reported (``transport/usage_tap.py``'s ``Usage`` is one)."""
+    """The usage the upstream reported (``dialects/usage.py``'s ``Usage`` is one)."""
 
     @property
     def prompt_tokens(self) -> int | None: ...
