@@ -36,8 +36,6 @@ from context_engine.bench.fleet import free_port, wait_up
 from context_engine.bench.metrics import percentile
 from context_engine.rules import DEFAULT_RULES
 
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
-
 WORDS = ("context engine proxy tokens cache prefix summary window retrieval budget zone "
          "rule ledger agent tool result schema template session turn").split()
 
@@ -52,12 +50,11 @@ def history(target_tokens: int) -> list[dict[str, Any]]:
     return msgs
 
 
-def body_for(api: str, messages: list[dict[str, Any]]) -> bytes:
-    if api == "chat":
-        return json.dumps({"model": "gpt-4o", "messages": messages}).encode()
+def request_for(api: str, messages: list[dict[str, Any]]) -> tuple[str, bytes]:
+    """The path and body of ``messages`` in the dialect named ``api`` (its own ``write``)."""
     from context_engine.bench.wire import to_wire
 
-    return to_wire(api, "gpt-4o", messages, None)[1]
+    return to_wire(api, "gpt-4o", messages, None)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -123,10 +120,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         wait_idle(procs, args.settle)  # proxy in the background: not timed
                     msgs = base + [{"role": "user", "content": f"question number {i}: what changed?"}]
                     for api in apis:
-                        body = body_for(api, msgs)
+                        path, body = request_for(api, msgs)
                         for name, port in targets.items():
                             t = time.perf_counter()
-                            r = client.post(f"http://127.0.0.1:{port}{PATHS[api]}", content=body,
+                            r = client.post(f"http://127.0.0.1:{port}{path}", content=body,
                                             headers={"content-type": "application/json",
                                                      "authorization": "Bearer bench"})
                             r.raise_for_status()
@@ -164,7 +161,8 @@ def main() -> None:
     p.add_argument("--settle", type=float, default=300.0,
                    help="after the warm-up, wait up to this many seconds for the proxies to go idle")
     p.add_argument("--api", default="chat",
-                   help="comma-separated wire formats to send: chat, responses, anthropic")
+                   help="comma-separated dialects to send (proxy/dialects/registry.py: chat, "
+                        "responses, anthropic, gemini)")
     p.add_argument("--rules", default=",".join(DEFAULT_RULES),
                    help="rules of the shadow and rewrite proxies (default: the default rules)")
     p.add_argument("--replicas", type=int, default=0,
