@@ -6,6 +6,7 @@ Skipped, with the reason, when the CLI is not installed (.ci/run installs both).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -28,6 +29,8 @@ NO_CLAUDE = pytest.mark.skipif(shutil.which("claude") is None,
                                reason="Claude Code not installed (npm i -g @anthropic-ai/claude-code)")
 NO_OPENCODE = pytest.mark.skipif(shutil.which("opencode") is None,
                                  reason="opencode not installed (npm i -g opencode-ai)")
+NO_GEMINI = pytest.mark.skipif(shutil.which("gemini") is None,
+                               reason="Gemini CLI not installed (npm i -g @google/gemini-cli)")
 NO_AIDER = pytest.mark.skipif(shutil.which("aider") is None,
                               reason="aider not installed (pip install aider-chat, in its own venv)")
 NO_CODEX = pytest.mark.skipif(shutil.which("codex") is None,
@@ -104,6 +107,37 @@ def test_run_opencode_completes_tagged(user):
     goes through it too."""
     user.env.update(OPENCODE_QUIET)
     _completes(user, OPENCODE, "opencode")
+
+
+@NO_GEMINI
+def test_run_gemini_completes_tagged(user):
+    """Gemini CLI through ``run``: ``GOOGLE_GEMINI_BASE_URL`` points it at a proxy whose
+    upstream is the API's root (Gemini's paths carry their version). The user's own
+    settings (API-key auth, no telemetry) are theirs; ``run`` writes none."""
+    user.env.update(GEMINI_API_KEY="gm-run-test", GEMINI_CLI_TRUST_WORKSPACE="true")
+    settings = user.home / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text(json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}},
+                                    "privacy": {"usageStatisticsEnabled": False},
+                                    "telemetry": {"enabled": False},
+                                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}))
+    before = settings.read_bytes()
+    with MockUpstream(script=SCRIPT) as mock:
+        config = user.root / "config.yaml"
+        config.write_text("rule_options:\n  tool_json:\n    max_chars: 4000\n")
+        done = user.run("run", "--upstream", mock.url, "--config", str(config), "gemini",
+                        "-m", "gemini-2.5-flash", "--yolo", "-p", "Count to 4000, then list the files.")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert "All done." in done.stdout and "this run:" in done.stderr
+        rows = user.rows()
+    assert {(r["agent"], r["api"]) for r in rows} == {("gemini", "gemini")}
+    assert all(r["status"] == 200 for r in rows)
+    assert [r for r in rows if r["tokens_sent"] < r["tokens_original"]]  # the rules ran
+    # Gemini CLI migrates its own settings file (new key names, pretty-printed); the proxy
+    # is in no file: the auth choice stays the user's and no address was written
+    after = json.loads(settings.read_text())
+    assert after["security"] == json.loads(before)["security"]
+    assert "127.0.0.1" not in settings.read_text() and "_tag" not in settings.read_text()
 
 
 @NO_AIDER

@@ -15,6 +15,8 @@ Every override is an environment variable or a command-line flag for this one ru
 - ``opencode``: ``OPENCODE_CONFIG_CONTENT`` (an inline config opencode merges over its
   files; one the user set keeps its other keys) for the ``openai`` and ``anthropic``
   providers' ``baseURL``, plus the SDKs' variables.
+- ``gemini`` (Gemini CLI): ``GOOGLE_GEMINI_BASE_URL`` without a version (its requests
+  carry ``/v1beta/models/…``); its upstream is Google's API root.
 - ``goose``: ``OPENAI_HOST`` with ``OPENAI_BASE_PATH``, and ``ANTHROPIC_HOST`` (goose
   appends ``v1/messages``).
 - anything else (``run -- COMMAND``): ``OPENAI_BASE_URL``, ``OPENAI_API_BASE`` and
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 
 OPENAI = "https://api.openai.com/v1"
 ANTHROPIC = "https://api.anthropic.com/v1"
+GEMINI = "https://generativelanguage.googleapis.com"  # no version: Gemini's paths carry it
 CODEX_PROVIDER = "context_engine"
 
 
@@ -52,6 +55,7 @@ AGENTS = {
     "codex": Agent("codex", OPENAI, "npm install -g @openai/codex"),
     "aider": Agent("aider", OPENAI, "python3 -m pip install aider-install && aider-install"),
     "opencode": Agent("opencode", OPENAI, "npm install -g opencode-ai"),
+    "gemini": Agent("gemini", GEMINI, "npm install -g @google/gemini-cli"),
     "goose": Agent("goose", OPENAI, "see https://block.github.io/goose/docs/getting-started/installation"),
 }
 
@@ -117,6 +121,8 @@ def launch(agent: str, args: list[str], base: str,
         env = generic_env(base) | {"ANTHROPIC_BASE_URL": f"{base}/v1"}  # the AI SDK wants /v1
         env["OPENCODE_CONFIG_CONTENT"] = opencode_config(environ.get("OPENCODE_CONFIG_CONTENT", ""), base)
         return Launch(["opencode", *args], env)
+    if agent == "gemini":
+        return Launch(["gemini", *args], {"GOOGLE_GEMINI_BASE_URL": base})
     if agent == "goose":
         return Launch(["goose", *args], {"OPENAI_HOST": base, "OPENAI_BASE_PATH": "v1/chat/completions",
                                          "ANTHROPIC_HOST": base})
