@@ -65,6 +65,7 @@ def test_load_bench_runs_each_phase_without_and_with_long_streams_and_hostile_ca
     about = report["_about"]  # what the docs page prints under the table
     assert about["command"].startswith("python3 bench/load.py --phases floor,proxy")
     assert str(out) not in about["command"] and about["date"]
+    assert str(out) not in json.dumps(report)  # no path of the caller's machine in the report
     for name in ("floor", "proxy"):
         plain, loaded = report[name], report[name + "+streams+hostile"]
         assert plain["proxy_failures"] == loaded["proxy_failures"] == 0, (plain, loaded)
