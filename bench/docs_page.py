@@ -43,6 +43,12 @@ def table(spec: dict[str, Any]) -> str:
     return "\n".join(rows + [line(r) for r in spec["rows"]])
 
 
+def source_line(meta: dict[str, Any], name: str, after_date: str, what: str) -> str:
+    """The line under a table read from a bench's JSON: its command, date, and the file."""
+    return (f"\n\n(`{meta.get('command', '')}`, {meta.get('date', '')}{after_date}; {what} "
+            f"`docs/results/{name}`. {meta.get('note', '')})")
+
+
 def cold_memory(name: str) -> str:
     """The table of a ``bench/cold_memory.py --json`` output: per data file, cold and warm."""
     report = json.loads((RESULTS.parent / name).read_text())
@@ -57,8 +63,7 @@ def cold_memory(name: str) -> str:
     return table({"columns": ["data", "store", "evidence", "fewer tokens", "added p50 / p95",
                               "failed open", "by type"],
                   "align": ["left", "left", "right", "right", "right", "right", "left"], "rows": rows}) \
-        + f"\n\n(`{report['command']}`, {report.get('date', '')}, load {report.get('load', '?')}; rows per case " \
-          f"in `docs/results/{name}`. {report.get('note', '')})"
+        + source_line(report, name, f", load {report.get('load', '?')}", "rows per case in")
 
 
 def load(name: str) -> str:
@@ -81,8 +86,7 @@ def load(name: str) -> str:
                               "proxy CPU per request", "rules before forwarding p50 / p95",
                               "proxy failures"],
                   "align": ["left", "right", "left", "right", "right", "right"], "rows": rows}) \
-        + f"\n\n(`{meta.get('command', '')}`, {meta.get('date', '')}; the bench's own output in " \
-          f"`docs/results/{name}`. {meta.get('note', '')})"
+        + source_line(meta, name, "", "the bench's own output in")
 
 
 def page(results: dict[str, Any], template: str) -> str:
