@@ -8,6 +8,7 @@ other requests wait behind; the relay sends what arrived while it waited
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import MutableMapping
 from typing import Any
@@ -107,3 +108,39 @@ def test_reading_ahead_of_a_slow_client_stops_at_the_limit():
         assert first
 
     anyio.run(run)
+
+
+def test_after_waiting_for_a_chunk_the_reader_lets_the_next_ones_gather():
+    """Each chunk the reader has to wait for is a read of the socket (a loop turn, a
+    parse); after one, the reader waits ``wait_s`` so what comes meanwhile is taken at
+    once. 200 chunks a millisecond apart: about one wait per 5 ms, not one per chunk."""
+    waits = 0
+
+    async def run() -> list[bytes]:
+        nonlocal waits
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def produce() -> None:
+            for i in range(200):
+                queue.put_nowait(b"data: %d\n\n" % i)
+                await anyio.sleep(0.001)
+            queue.put_nowait(None)
+
+        async def source():
+            nonlocal waits
+            while True:
+                if queue.empty():
+                    waits += 1
+                chunk = await queue.get()
+                if chunk is None:
+                    return
+                yield chunk
+
+        producer = asyncio.get_running_loop().create_task(produce())
+        out = await _collect(source())
+        await producer
+        return out
+
+    out = anyio.run(run)
+    assert b"".join(out) == b"".join(b"data: %d\n\n" % i for i in range(200))
+    assert waits <= 200 // 2

@@ -7,7 +7,9 @@ and every other request waits behind them. ``batches`` reads the chunks as they 
 its own task) and yields what has arrived, joined; after a small batch it waits
 ``wait_s`` before yielding the next, so a fast stream goes out in a write per ``wait_s``
 and a slow one (events further apart than ``wait_s``) as it comes, at most ``wait_s``
-later. At most ``limit`` bytes are read ahead of a slow client; past that, reading waits
+later. The reader, too, waits ``wait_s`` after a small chunk it had to wait for: the chunks
+that come meanwhile gather in the socket's buffer and are taken in one read, not a loop
+turn each. At most ``limit`` bytes are read ahead of a slow client; past that, reading waits
 for the client. A fault of the source is raised after every chunk read before it was
 yielded, as a plain loop would.
 """
@@ -19,12 +21,16 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
 
+# a chunk that took longer than this to come was not yet read: the pump had caught up
+CAUGHT_UP_S = 0.0005
+
 
 class _Pump:
     """Reads ``source`` into ``pending`` until it ends, a fault or a cancel."""
 
-    def __init__(self, source: AsyncIterator[bytes], limit: int) -> None:
-        self.source, self.limit = source, limit
+    def __init__(self, source: AsyncIterator[bytes], limit: int, wait_s: float = 0.0,
+                 below: int = 0) -> None:
+        self.source, self.limit, self.wait_s, self.below = source, limit, wait_s, below
         self.pending: list[bytes] = []
         self.size = 0
         self.more, self.room = asyncio.Event(), asyncio.Event()
@@ -33,14 +39,25 @@ class _Pump:
         self.fault: Exception | None = None
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        chunks = aiter(self.source)
         try:
-            async for chunk in self.source:
+            while True:
+                asked = loop.time()
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
                 self.pending.append(chunk)
                 self.size += len(chunk)
                 self.more.set()
                 if self.size >= self.limit:
                     self.room.clear()
                     await self.room.wait()
+                elif len(chunk) < self.below and loop.time() - asked > CAUGHT_UP_S:
+                    # a small chunk that had to be waited for: what was read is out, so let
+                    # the next ones gather in the socket's buffer and take them in one read
+                    await anyio.sleep(self.wait_s)
         except Exception as exc:  # the consumer raises it once the chunks before it are out
             self.fault = exc
         finally:
@@ -57,7 +74,7 @@ class _Pump:
 
 async def batches(source: AsyncIterator[bytes], wait_s: float, below: int,
                   limit: int = 1 << 20) -> AsyncGenerator[bytes, None]:
-    pump = _Pump(source, limit)
+    pump = _Pump(source, limit, wait_s, below)
     task = asyncio.get_running_loop().create_task(pump.run())
     try:
         while True:
