@@ -327,8 +327,19 @@ def cold_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "; ".join(parts), {"date": report["date"]}
 
 
+def eval_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report = read(h["file"])
+    f1, bill = report["f1"], report["bill"]
+    low, high = f1["ci95"]
+    costs = [bill[arm]["sim"]["cost_usd"] for arm in ("original", "rewritten")]
+    return (f"{signed(f1['diff'], '')} points of token F1 [{signed(low, '')}, {signed(high, '')}] "
+            f"for {signed(100 * (costs[1] / costs[0] - 1), '%')} cost"), \
+        {"date": report["date"], "questions": f1["questions"]}
+
+
 HEADLINES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
-    "bill": bill_figures, "evidence": evidence_figures, "cold_memory": cold_figures}
+    "bill": bill_figures, "evidence": evidence_figures, "cold_memory": cold_figures,
+    "eval": eval_figures}
 
 
 def headline_row(h: dict[str, Any]) -> tuple[str, str, str]:

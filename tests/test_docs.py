@@ -116,6 +116,12 @@ def test_readme_headline_figures_are_what_the_bench_outputs_say():
             continue
         report = json.loads((REPO / "docs" / "results" / h["file"]).read_text())
         assert f"| {report['date']} |" in row, row
+        if h["from"] == "eval":
+            f1 = report["f1"]
+            assert f"{f1['diff']:.1f} points of token F1 [{f1['ci95'][0]:.1f}, " \
+                   f"{f1['ci95'][1]:.1f}]" in row.replace("−", "-"), row
+            assert f"{f1['questions']} questions" in row, row
+            continue
         if h["from"] == "cold_memory":
             for data in h["data"]:
                 cold = report["files"][data]["summary"]["cold"]
