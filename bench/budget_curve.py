@@ -1,12 +1,13 @@
 """The memory budget's curve on LoCoMo: reduction against evidence, per category.
 
-``python3 bench/budget_curve.py [--budgets 1000,1500,…] [--png docs/memory_budget.png]``
+``python3 bench/budget_curve.py [--budgets 1000,1500,…] [--png docs/memory_budget.png] [--json OUT]``
 
 ``retrieve.max_snippet_tokens`` is the knob: the most tokens one memory zone may hold.
 For each budget the configured rules run over every LoCoMo case (``bench/memory_eval.py``:
 full hybrid search, every turn embedded), and the script prints one Markdown row per
 budget (pooled reduction, evidence kept, and per category) and, with ``--png``, draws
-the curve (needs matplotlib: ``pip install -e '.[dev]'``). ``broad_budget``, when set,
+the curve (needs matplotlib: ``pip install -e '.[dev]'``); ``--json`` keeps the points
+with the command and date (``docs/results/budget_curve.json`` renders the benchmark page's table). ``broad_budget``, when set,
 scales with the knob (the configured ratio of the two is kept). Run it alone on an idle
 machine.
 """
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from context_engine.bench.cli import without_outputs
 from context_engine.bench.memory_eval import DEFAULT_STORE, Evaluator, Score, load_locomo, score
 
 BUDGETS = (800, 1200, 1600, 2000, 2400, 3000, 4000, 6000)
@@ -82,6 +86,7 @@ async def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None)
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     ap.add_argument("--png", default=None, help="write the plot here (needs matplotlib)")
+    ap.add_argument("--json", default=None, metavar="OUT", help="write the points, command and date")
     args = ap.parse_args(argv)
     ev = Evaluator(load_locomo(args.data), args.store, args.config)
     configured = ev.settings({}).rule_options["retrieve"]
@@ -90,6 +95,16 @@ async def main(argv: list[str] | None = None) -> int:
     points = [(b, score(await ev.rows(options_for(b, configured)))) for b in budgets]
     categories = sorted({c for _, s in points for c in s.by_category})
     print(table(points, categories))
+    if args.json:
+        shown = without_outputs(argv if argv is not None else sys.argv[1:], ("--json", "--store"))
+        report = {"command": " ".join(["python3 bench/budget_curve.py", *shown]),
+                  "date": time.strftime("%Y-%m-%d"), "data": Path(args.data).name,
+                  "default": default, "categories": categories,
+                  "points": [{"budget": b, "reduction": round(s.reduction, 4), "kept": s.kept,
+                              "cases": s.cases, "by_category": {c: list(v) for c, v in
+                                                                s.by_category.items()}}
+                             for b, s in points]}
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")  # noqa: ASYNC240 (the run is over)
     if args.png:
         plot(points, categories, args.png, default)
         print(f"wrote {args.png}", file=sys.stderr)

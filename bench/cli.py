@@ -114,7 +114,9 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                    for s in systems]
     counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
     report: dict[str, Any] = {
-        "command": "context-engine bench " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": "context-engine bench " + shlex.join(without_outputs(
+            argv if argv is not None else sys.argv[1:])),
+        "date": time.strftime("%Y-%m-%d"),
         "mode": "replay" if args.replay else "single",
         "rules": list(settings.rules),
         "rule_options": {k: dict(v) for k, v in sorted(settings.rule_options.items())},
@@ -158,6 +160,20 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         with open(args.markdown, "w", encoding="utf-8") as fh:  # noqa: ASYNC230 (the run is over)
             fh.write(report_mod.markdown(report))
     return 0
+
+
+def without_outputs(argv: list[str], flags: tuple[str, ...] = ("--json", "--markdown")) -> list[str]:
+    """The command line as a report names it: without where it was written (``--json OUT``,
+    ``--markdown OUT``), so a committed report carries no path of the machine that ran it."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif not arg.startswith(tuple(f + "=" for f in flags)):
+            out.append(arg)
+    return out
 
 
 def _groups(name: str, cases: list[Case], by_dataset: bool,

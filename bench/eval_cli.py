@@ -19,6 +19,7 @@ from typing import Any
 
 from context_engine.bench import cases as cases_mod
 from context_engine.bench.cases import Case
+from context_engine.bench.cli import without_outputs
 from context_engine.bench.eval_client import AnswerCache, ChatClient, api_key_from
 from context_engine.bench.eval_report import render, summarize, write_json
 from context_engine.bench.eval_run import Options, evaluate, questions_of
@@ -109,7 +110,9 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None,
     finally:
         await client.aclose()
     report: dict[str, Any] = {
-        "command": "context-engine eval " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": "context-engine eval " + shlex.join(without_outputs(
+            argv if argv is not None else sys.argv[1:], ("--json",))),
+        "date": time.strftime("%Y-%m-%d"),
         "model": args.model, "base_url": args.base_url, "judge_model": args.judge_model,
         "files": [p.name for p in files], "rules": list(settings.rules),
         "asked": client.asked, "seconds": round(time.perf_counter() - start, 1),

@@ -98,6 +98,13 @@ class Evaluator:
     def _key(self, options: dict[str, Any]) -> str:
         return self.sources + ":" + json.dumps(options, sort_keys=True)
 
+    def session_id(self, options: dict[str, Any], conv: str) -> str:
+        """One session per option set and conversation: every option set shares the store
+        (its vectors), and under one session id a later set would read the zones the first
+        one committed instead of building its own."""
+        digest = hashlib.sha256(self._key(options).encode()).hexdigest()[:12]
+        return f"eval:{digest}:{conv}"
+
     async def rows(self, options: dict[str, Any]) -> list[Row]:
         """One row per case for ``options`` (from the memo where already measured)."""
         key = self._key(options)
@@ -110,7 +117,8 @@ class Evaluator:
             sessions: dict[str, Any] = {}
             for case in todo:  # a conversation's cases share its history: one session each
                 conv = conversation(case)
-                session = sessions.get(conv) or sessions.setdefault(conv, system.open("eval:" + conv))
+                session = sessions.get(conv) or sessions.setdefault(
+                    conv, system.open(self.session_id(options, conv)))
                 out = await session.rewrite(case.messages, case.tools)
                 text = visible_text(out.messages)
                 kept = all(probe_retained(p.evidence, text) for p in case.probes if p.evidence)

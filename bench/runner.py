@@ -35,12 +35,14 @@ def _counts(counters: Sequence[TokenCounter], messages: list[Any],
 
 async def run_single(cases: Sequence[Case], systems: Sequence[Any],
                      counters: Sequence[TokenCounter]) -> dict[str, Tally]:
-    """Each case's full request through each system (a fresh session per case)."""
+    """Each case's full request through each system (a fresh session per case, named per
+    system: a ``--variant`` shares the engine's store, and under the same session id it
+    would read the zones the engine committed instead of building its own)."""
     tallies = {s.name: Tally() for s in systems}
     for case in cases:
         before = _counts(counters, case.messages, case.tools)
         for system in systems:
-            out = await system.open(case.id).rewrite(case.messages, case.tools)
+            out = await system.open(f"{system.name}:{case.id}").rewrite(case.messages, case.tools)
             tally = tallies[system.name]
             tally.add(case.id, len(case.messages), before,
                       _counts(counters, out.messages, case.tools), out)

@@ -5,6 +5,7 @@ paths, and the site built in strict mode."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -94,6 +95,80 @@ def test_readme_numbers_carry_their_date_and_come_from_the_json():
     block = (REPO / "README.md").read_text().split(docs_page.BEGIN)[1].split(docs_page.END)[0]
     rows = [line for line in block.strip().splitlines()[2:]]
     assert rows and all(re.search(r"\| 20\d\d-\d\d-\d\d \|", row) for row in rows)
+
+
+def _readme_rows() -> list[str]:
+    from context_engine.bench import docs_page
+
+    block = (REPO / "README.md").read_text().split(docs_page.BEGIN)[1].split(docs_page.END)[0]
+    return block.strip().splitlines()[2:]
+
+
+def test_readme_headline_figures_are_what_the_bench_outputs_say():
+    """Each README row that names a bench output shows that output's figures and date (read
+    here on their own, not through the renderer); the others say they are transcribed."""
+    results = json.loads((REPO / "docs" / "results" / "benchmarks.json").read_text())
+    rows = _readme_rows()
+    assert len(rows) == len(results["headline"])
+    for h, row in zip(results["headline"], rows, strict=True):
+        if "from" not in h:
+            assert "transcribed, not regenerated" in row, row
+            continue
+        report = json.loads((REPO / "docs" / "results" / h["file"]).read_text())
+        assert f"| {report['date']} |" in row, row
+        if h["from"] == "eval":
+            f1 = report["f1"]
+            assert f"{f1['diff']:.1f} points of token F1 [{f1['ci95'][0]:.1f}, " \
+                   f"{f1['ci95'][1]:.1f}]" in row.replace("−", "-"), row
+            assert f"{f1['questions']} questions" in row, row
+            continue
+        if h["from"] == "cold_memory":
+            for data in h["data"]:
+                cold = report["files"][data]["summary"]["cold"]
+                assert f"{cold['evidence_share']:.1%} at {cold['reduction']:.1%}" in row, row
+            continue
+        s = report["files"][h["data"]]["systems"]["engine"]
+        if h["from"] == "bill":
+            bills = s["replay"]["billing"]
+            assert f"{bills['openai']['cost_vs_direct']:.3f}× direct (OpenAI), " \
+                   f"{bills['anthropic']['cost_vs_direct']:.3f}× (Anthropic)" in row, row
+            assert f"{s['requests']:,} requests" in row, row
+        else:
+            assert h["from"] == "evidence", h
+            assert f"{s['retention']:.1%} ({s['retained']}/{s['probes']}) at " \
+                   f"{s['reduction']['o200k_base']:.1%} fewer" in row, row
+
+
+# what each generated table reads from its bench output (a file's first data file, first system)
+NEEDED = {"single": ("reduction", "retained", "failed_open"), "apis": ("reduction", "probes"),
+          "replay": ("replay", "retained_by_kind", "reduction"), "ab": ("replay",)}
+
+
+def test_generated_tables_refuse_a_bench_output_missing_a_field(tmp_path, monkeypatch):
+    from context_engine.bench import docs_page, docs_tables
+
+    placeholders = docs_page.GENERATED.findall(docs_page.TEMPLATE.read_text())
+    assert {kind for kind, _ in placeholders} >= set(NEEDED)
+    monkeypatch.setattr(docs_tables, "DIR", tmp_path)
+    for kind, names in placeholders:
+        for name in names.split(","):
+            (tmp_path / name).write_text((REPO / "docs" / "results" / name).read_text())
+        docs_tables.RENDERERS[kind](names.split(","))  # as committed: renders
+        for field in NEEDED.get(kind, ()):
+            first = names.split(",")[0]
+            report = json.loads((REPO / "docs" / "results" / first).read_text())
+            result = next(iter(report["files"].values()))
+            engine = result["systems"].get("engine") or next(iter(result["systems"].values()))
+            del engine[field]
+            (tmp_path / first).write_text(json.dumps(report))
+            with pytest.raises(KeyError):
+                docs_tables.RENDERERS[kind](names.split(","))
+            (tmp_path / first).write_text((REPO / "docs" / "results" / first).read_text())
+
+
+def test_committed_bench_outputs_name_no_machine_paths():
+    for path in sorted((REPO / "docs" / "results").glob("*.json")):
+        assert not re.search(r"/tmp/|/work/|/home/\w+/|/root/|/var/", path.read_text()), path.name
 
 
 def test_docs_links_point_at_pages_that_exist():

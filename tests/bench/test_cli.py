@@ -15,7 +15,7 @@ needs_data = _needs(*DEV_FILES)
 def _without_latency(value):
     if isinstance(value, dict):
         return {k: _without_latency(v) for k, v in value.items()
-                if "latency" not in k and k != "command"}
+                if "latency" not in k and k not in ("command", "date")}
     return value
 
 
@@ -70,3 +70,11 @@ def test_bad_arguments_fail_with_status_2(capsys):
 @needs_data
 def test_dev_files_are_found():
     assert all((DATA / name).is_file() for name in DEV_FILES)
+
+
+def test_the_report_names_its_command_without_where_it_was_written():
+    from context_engine.bench.cli import without_outputs
+
+    argv = ["locomo", "--json", "/tmp/out.json", "--quiet", "--markdown=/tmp/b.md", "--replay"]
+    assert without_outputs(argv) == ["locomo", "--quiet", "--replay"]
+    assert without_outputs(["--store", "/tmp/s", "--png", "a.png"], ("--store",)) == ["--png", "a.png"]

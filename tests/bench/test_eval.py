@@ -165,7 +165,7 @@ def test_lost_evidence_lowers_the_score_and_the_cache_answers_a_rerun(tmp_path, 
     assert bill["rewritten"]["sim"]["cost_usd"] < bill["original"]["sim"]["cost_usd"]
     assert bill["original"]["sim"]["cost_usd"] == bill["original"]["reported"]["cost_usd"]
     assert report["categories"]["tiny"]["f1"] == report["f1"]
-    for key in ("seconds", "asked", "command"):
+    for key in ("seconds", "asked", "command", "date"):
         report.pop(key), again.pop(key)
     assert again == report
     assert "all" in capsys.readouterr().out

@@ -29,3 +29,13 @@ def test_every_part_can_be_turned_off_by_the_search():
     for part, off in PARTS.items():
         assert SPACE[part][0] == off
     assert _changed({"a": 1, "b": 2}, {"a": 1, "b": 3}) == {"b": 2}
+
+
+def test_each_option_set_rewrites_in_its_own_sessions(tmp_path):
+    """The option sets share one store: under one session id, a later set would read the
+    zones the first committed, and every budget of the curve would score alike."""
+    from context_engine.bench.memory_eval import Evaluator
+
+    ev = Evaluator([], str(tmp_path))
+    a, b = ev.session_id({}, "conv-1"), ev.session_id({"max_snippet_tokens": 800}, "conv-1")
+    assert a != b and a == ev.session_id({}, "conv-1") and a.endswith("conv-1")

@@ -158,3 +158,17 @@ def test_caller_scope_shares_the_provider_cache_between_sessions():
         (d_s, b_s, n_s), (d_c, b_c, n_c) = bills["session"][kind], bills["caller"][kind]
         assert n_s == n_c == 8
         assert d_c < d_s and b_c < b_s, kind  # session 2's first request read session 1's prefix
+
+
+def test_one_request_per_case_opens_a_session_per_system():
+    """A variant shares the engine's store: under the engine's session id it would read
+    the zones the engine committed for the case instead of building its own."""
+    opened = []
+
+    class Recording(BaselineSystem):
+        def open(self, session_id, model=None):
+            opened.append(session_id)
+            return super().open(session_id, model)
+
+    _single([Recording("a", none), Recording("b", none)])
+    assert len(set(opened)) == 2 and all("t/1" in s for s in opened)

@@ -1,0 +1,353 @@
+"""Tables and README figures read from a bench's own ``--json`` output, committed under
+``docs/results/``. The template names one with a line ``{{KIND:FILE[,FILE…]}}``; each
+renderer below turns those files into a Markdown table and a line naming the command, the
+date and the file of every run it read. A field missing from a file is a ``KeyError``, not
+a blank cell: a page is never generated from a run that did not measure what it shows.
+
+- ``single``: ``context-engine bench FILES --json OUT`` (one request per case): reduction
+  and evidence kept per data file and system.
+- ``apis``: the same for ``--api chat|responses|anthropic`` runs, the engine per wire format.
+- ``replay``: ``context-engine bench FILES --replay --anthropic --json OUT``: tokens sent,
+  prefix reuse, cost at the cache ratio and the bill under each provider's cache simulator.
+- ``ab``: the same replays as an A/B test beside the report's estimate of the original.
+- ``budget``: ``python3 bench/budget_curve.py --json OUT``: the memory budget's curve.
+- ``answers``: ``context-engine eval --json OUT``: scores with and without the rules.
+- ``cold_memory``: ``python3 -m context_engine.bench.cold_memory --json OUT``.
+- ``load``: ``python3 bench/load.py --json OUT``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
+ALIGN = {"left": "---", "right": "---:", "center": ":---:"}
+PRIMARY = "o200k_base"
+DATA = {"agent_traces_dev.jsonl": "agent traces", "locomo_dev.jsonl": "LoCoMo",
+        "injections_dev.jsonl": "injections", "long_traces_dev.jsonl": "long agent sessions",
+        "longmemeval_dev.jsonl": "LongMemEval"}
+BILLS = ("openai", "anthropic")
+
+
+def read(name: str) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((DIR / name).read_text())
+    return report
+
+
+def table(spec: dict[str, Any]) -> str:
+    """One table as Markdown: header, alignment row, rows."""
+    def line(cells: list[Any]) -> str:
+        return "| " + " | ".join(str(c) for c in cells) + " |"
+
+    rows = [line(spec["columns"]), "|" + "|".join(ALIGN[a] for a in spec["align"]) + "|"]
+    return "\n".join(rows + [line(r) for r in spec["rows"]])
+
+
+def transcribed(spec: dict[str, Any]) -> str:
+    """A table of ``benchmarks.json``: typed in from an earlier run's printed output."""
+    return table(spec) + (f"\n\n(Transcribed from the run of {spec['date']}, not regenerated: "
+                          f"{spec['why']}.)")
+
+
+def source_line(meta: dict[str, Any], name: str, after_date: str, what: str) -> str:
+    """The line under a table read from a bench's JSON: its command, date, and the file."""
+    return (f"\n\n(`{meta.get('command', '')}`, {meta.get('date', '')}{after_date}; {what} "
+            f"`docs/results/{name}`. {meta.get('note', '')})")
+
+
+def sources(names: list[str]) -> str:
+    """The line under a table read from ``context-engine bench --json`` outputs."""
+    runs = "; ".join(f"`{r['command']}`, {r['date']}: `docs/results/{n}`"
+                     for n, r in ((n, read(n)) for n in names))
+    return f"\n\n(Generated from the bench's own output: {runs}.)"
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.1f}%".replace("-", "−")
+
+
+def signed(x: float, unit: str) -> str:
+    """``+1.2 pt``, ``−0.3%``, ``0.0 pt``: a difference, with a real minus sign."""
+    v = round(x, 1)
+    return f"{'−' if v < 0 else '+' if v > 0 else ''}{abs(v):.1f}{unit}"
+
+
+def evidence(s: dict[str, Any]) -> str:
+    return f"{pct(s['retention'])} ({s['retained']}/{s['probes']})" if s["probes"] else "–"
+
+
+def by_kind(s: dict[str, Any]) -> str:
+    """Evidence visible per probe kind (``68/93 next-action, 82/82 task``), else in all."""
+    kinds = s["retained_by_kind"]
+    if not kinds:
+        return f"{s['retained']}/{s['probes']}" if s["probes"] else "–"
+    return ", ".join(f"{r}/{n} {k.replace('_', '-')}" for k, (r, n) in kinds.items())
+
+
+def system_label(report: dict[str, Any], name: str) -> str:
+    """``engine`` as the default rules; a variant as the options it changed."""
+    if name == "engine":
+        return "**default rules**"
+    if name == "none":
+        return "sent unchanged (`none`)"
+    if name in report["variants"]:
+        base, changed = report["rule_options"], report["variants"][name]
+        diff = [f"{rule}.{k}: {json.dumps(v)}" for rule, opts in changed.items()
+                for k, v in opts.items() if base.get(rule, {}).get(k) != v]
+        return "`" + ", ".join(diff) + "`" if diff else name
+    return name
+
+
+def _rows(names: list[str], cells: Callable[[dict[str, Any], str, dict[str, Any], dict[str, Any]],
+                                            list[Any] | None]) -> list[list[Any]]:
+    """Rows of every (file, data file, system), data cell on the first row of a data file."""
+    rows = []
+    for name in names:
+        report = read(name)
+        for data, result in report["files"].items():
+            first = True
+            for system, s in result["systems"].items():
+                row = cells(report, system, s, result)
+                if row is None:
+                    continue
+                size = f"{result['cases']}" if report["mode"] != "replay" else \
+                    f"{result['cases']} sessions, {s['requests']:,} requests"
+                label = f"{DATA.get(data, data)} ({size})" if first else ""
+                rows.append([label, *row])
+                first = False
+    return rows
+
+
+def single(names: list[str]) -> str:
+    """One request per case: reduction, message and tool-result tokens, evidence kept."""
+    def cells(report: dict[str, Any], system: str, s: dict[str, Any], _: Any) -> list[Any] | None:
+        if system == "none":
+            return None
+        red = s["reduction"]
+        tools = pct(red["tool_results"]) if s["tokens_before"]["tool_results"] else "–"
+        return [system_label(report, system), pct(red[PRIMARY]), pct(red["messages"]), tools,
+                evidence(s), s["failed_open"]]
+
+    return table({"columns": ["data", "system", "reduction", "message tokens", "tool-result tokens",
+                              "evidence kept", "failed open"],
+                  "align": ["left", "left", "right", "right", "right", "right", "right"],
+                  "rows": _rows(names, cells)}) + sources(names)
+
+
+def apis(names: list[str]) -> str:
+    """The engine through each wire format: one run per ``--api``, rows grouped by data."""
+    rows: dict[str, list[list[Any]]] = {}
+    for name in names:
+        report = read(name)
+        for data, result in report["files"].items():
+            s = result["systems"]["engine"]
+            group = rows.setdefault(data, [])
+            group.append(["" if group else f"{DATA.get(data, data)} ({result['cases']})",
+                          report["api"], f"{s['reduction'][PRIMARY] * 100:.2f}%",
+                          f"{s['reduction']['messages'] * 100:.2f}%",
+                          f"{s['retained']}/{s['probes']}", s["failed_open"]])
+    return table({"columns": ["data", "API", "reduction", "message tokens", "evidence kept",
+                              "failed open"],
+                  "align": ["left", "left", "right", "right", "right", "right"],
+                  "rows": [r for group in rows.values() for r in group]}) + sources(names)
+
+
+def billed(s: dict[str, Any], kind: str) -> str:
+    """Cost vs direct under one provider's cache, and the report's saving minus the bill's."""
+    b = s["replay"]["billing"][kind]
+    return f"{b['cost_vs_direct']:.3f}× ({signed(b['gap_points'], ' pt')})"
+
+
+def replay(names: list[str]) -> str:
+    """Every request point replayed: tokens sent, prefix reuse, cost at the cache ratio, the
+    bill under each provider's cache simulator, and evidence visible at the cut points.
+    ``none`` stays in: its "report − bill" is the report's estimate's own error."""
+    def cells(report: dict[str, Any], system: str, s: dict[str, Any], _: Any) -> list[Any] | None:
+        r = s["replay"]
+        return [system_label(report, system), report["cache_scope"],
+                signed(-100 * s["reduction"][PRIMARY], "%"), pct(r["full_prefix_share"]),
+                f"{r['cost_vs_none']:.3f}×", *[billed(s, k) for k in BILLS], by_kind(s)]
+
+    return table({"columns": ["data", "system", "cache shared by", "tokens sent",
+                              "requests extending the previous one", "cost vs none",
+                              "billed vs direct, OpenAI (report − bill)",
+                              "billed vs direct, Anthropic (report − bill)", "evidence visible"],
+                  "align": ["left", "left", "left", "right", "right", "right", "right", "right",
+                            "right"],
+                  "rows": _rows(names, cells)}) + sources(names)
+
+
+def ab(names: list[str]) -> str:
+    """The replays' A/B arms (the default rules) beside the report's estimate of the original."""
+    def cells(report: dict[str, Any], system: str, s: dict[str, Any], _: Any) -> list[Any] | None:
+        if system != "engine":
+            return None
+        out: list[Any] = [report["cache_scope"]]
+        for kind in BILLS:
+            b = s["replay"]["billing"][kind]
+            out += [f"${b['direct_usd']:.2f} / ${b['billed_usd']:.2f}", pct(b["harness_saving"]),
+                    f"${b['report_original_usd']:.2f} ({signed(b['estimate_vs_direct_pct'], '%')})",
+                    pct(b["report_saving"])]
+        return out
+
+    columns = ["data", "cache shared by"]
+    for kind in ("OpenAI", "Anthropic"):
+        columns += [f"{kind}: passthrough / rewrite arm", "A/B saving",
+                    "estimate of the original (− passthrough arm)", "report saving"]
+    return table({"columns": columns, "align": ["left", "left"] + ["right"] * 8,
+                  "rows": _rows(names, cells)}) + sources(names)
+
+
+def budget(names: list[str]) -> str:
+    """``bench/budget_curve.py --json``: reduction and evidence per ``max_snippet_tokens``."""
+    (name,) = names
+    report = read(name)
+    rows = []
+    for p in report["points"]:
+        bold = "**" if p["budget"] == report["default"] else ""
+        rows.append([f"{bold}{p['budget']:,}{bold}", pct(p["reduction"]),
+                     f"{pct(p['kept'] / p['cases'])} ({p['kept']}/{p['cases']})",
+                     *["{}/{}".format(*p["by_category"][c]) for c in report["categories"]]])
+    return table({"columns": ["`max_snippet_tokens`", "reduction", "evidence",
+                              *report["categories"]],
+                  "align": ["right"] * (3 + len(report["categories"])), "rows": rows}) \
+        + f"\n\n(Generated from `{report['command']}`, {report['date']}: `docs/results/{name}`.)"
+
+
+def _millions(before: int, after: int) -> str:
+    return f"{before / 1e6:.2f}M → {after / 1e6:.2f}M ({signed(100 * (after / before - 1), '%')})"
+
+
+def answers(names: list[str]) -> str:
+    """``context-engine eval --json OUT``: token F1 with and without the rules (paired
+    difference, bootstrap 95% interval), input tokens and simulated cost with caching."""
+    (name,) = names
+    report = read(name)
+
+    def row(label: str, block: dict[str, Any], arms: tuple[int, int], cost: str) -> list[Any]:
+        low, high = block["ci95"]
+        return [label, f"{block['original']:.1f}", f"{block['rewritten']:.1f}",
+                f"{signed(block['diff'], '')} [{signed(low, '')}, {signed(high, '')}]",
+                _millions(*arms), cost]
+
+    bill = report["bill"]
+    costs = [bill[arm]["sim"]["cost_usd"] for arm in ("original", "rewritten")]
+    rows = [row(f"all ({report['f1']['questions']})", report["f1"],
+                (bill["original"]["input_tokens"], bill["rewritten"]["input_tokens"]),
+                f"${costs[0]:.2f} → ${costs[1]:.2f} ({signed(100 * (costs[1] / costs[0] - 1), '%')})")]
+    for cat, block in report["categories"].items():
+        qs = [q for q in report["per_question"] if q["category"] == cat and not q["error"]]
+        arms = (sum(q["tokens"]["original"] for q in qs), sum(q["tokens"]["rewritten"] for q in qs))
+        rows.append(row(f"{cat} ({block['f1']['questions']})", block["f1"], arms, ""))
+    return table({"columns": ["questions", "original", "rewritten", "diff [95% CI]", "input tokens",
+                              f"cost with caching ({report['price_model']})"],
+                  "align": ["left"] + ["right"] * 5, "rows": rows}) + \
+        f"\n\n(Generated from `{report['command']}`, {report['date']}: `docs/results/{name}`.)"
+
+
+def cold_memory(names: list[str]) -> str:
+    """The table of a ``bench/cold_memory.py --json`` output: per data file, cold and warm."""
+    (name,) = names
+    report = read(name)
+    rows = []
+    for data, result in report["files"].items():
+        for mode in ("cold", "warm"):
+            s = result["summary"][mode]
+            kinds = ", ".join(f"{k} {v}" for k, v in s["by_kind"].items())
+            rows.append([data if mode == "cold" else "", mode, f"{s['evidence']} ({s['evidence_share']:.1%})",
+                         f"{s['reduction']:.1%}", f"{s['added_ms_p50']:.0f} / {s['added_ms_p95']:.0f} ms",
+                         s["failed_open"], kinds])
+    return table({"columns": ["data", "store", "evidence", "fewer tokens", "added p50 / p95",
+                              "failed open", "by type"],
+                  "align": ["left", "left", "right", "right", "right", "right", "left"], "rows": rows}) \
+        + source_line(report, name, f", load {report.get('load', '?')}", "rows per case in")
+
+
+def load(names: list[str]) -> str:
+    """The table of a ``bench/load.py --json`` output: each phase's added latency (median
+    of rounds and every round), CPU per request, rule time before forwarding, failures."""
+    (name,) = names
+    report = read(name)
+    rows = []
+    for phase, r in report.items():
+        if phase.startswith("_") or phase == "args":
+            continue
+        med = r["added_ms_median_of_rounds"]
+        rounds = ", ".join(f"{x['p50']:.1f} / {x['p95']:.0f}" for x in r["added_ms_rounds"])
+        before = r["server_ms_before_forward"]
+        rows.append([phase, f"{med['p50']:.1f} / {med['p95']:.0f} ms", rounds,
+                     f"{r['cpu_ms_per_request']:.1f} ms",
+                     "" if before["p50"] is None else f"{before['p50']:.1f} / {before['p95']:.0f} ms",
+                     r["proxy_failures"]])
+    meta = report.get("_about", {})
+    return table({"columns": ["phase", "added p50 / p95 (median of rounds)", "per round",
+                              "proxy CPU per request", "rules before forwarding p50 / p95",
+                              "proxy failures"],
+                  "align": ["left", "right", "left", "right", "right", "right"], "rows": rows}) \
+        + source_line(meta, name, "", "the bench's own output in")
+
+
+RENDERERS: dict[str, Callable[[list[str]], str]] = {
+    "single": single, "apis": apis, "replay": replay, "ab": ab, "budget": budget,
+    "answers": answers, "cold_memory": cold_memory, "load": load}
+
+
+# The README's headline rows: each names a bench output and what to read from it.
+
+def _engine(h: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    report = read(h["file"])
+    result = report["files"][h["data"]]
+    return report, result, result["systems"][h.get("system", "engine")]
+
+
+def bill_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report, result, s = _engine(h)
+    o, a = (s["replay"]["billing"][k]["cost_vs_direct"] for k in BILLS)
+    return f"{o:.3f}× direct (OpenAI), {a:.3f}× (Anthropic)", \
+        {"date": report["date"], "cases": result["cases"], "requests": s["requests"]}
+
+
+def evidence_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report, result, s = _engine(h)
+    return f"{evidence(s)} at {pct(s['reduction'][PRIMARY])} fewer input tokens", \
+        {"date": report["date"], "cases": result["cases"], "probes": s["probes"]}
+
+
+def cold_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report = read(h["file"])
+    parts: list[str] = []
+    for data, label in h["data"].items():
+        cold, warm = (report["files"][data]["summary"][m] for m in ("cold", "warm"))
+        p95 = f", p95 +{cold['added_ms_p95']:.0f} ms" if not parts else ""
+        parts.append(f"{label} {pct(cold['evidence_share'])} at {pct(cold['reduction'])} fewer "
+                     f"tokens{p95} (warm: {pct(warm['evidence_share'])})")
+    return "; ".join(parts), {"date": report["date"]}
+
+
+def eval_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report = read(h["file"])
+    f1, bill = report["f1"], report["bill"]
+    low, high = f1["ci95"]
+    costs = [bill[arm]["sim"]["cost_usd"] for arm in ("original", "rewritten")]
+    return (f"{signed(f1['diff'], '')} points of token F1 [{signed(low, '')}, {signed(high, '')}] "
+            f"for {signed(100 * (costs[1] / costs[0] - 1), '%')} cost"), \
+        {"date": report["date"], "questions": f1["questions"]}
+
+
+HEADLINES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
+    "bill": bill_figures, "evidence": evidence_figures, "cold_memory": cold_figures,
+    "eval": eval_figures}
+
+
+def headline_row(h: dict[str, Any]) -> tuple[str, str, str]:
+    """What, result and date of one README row: read from its bench output when it names one
+    (``what`` may cite the run's ``{cases}``, ``{requests}``, ``{probes}``), else typed in
+    from an earlier run and marked so."""
+    if "from" not in h:
+        return h["what"], f"{h['result']} (transcribed, not regenerated: {h['why']})", h["date"]
+    result, facts = HEADLINES[h["from"]](h)
+    return h["what"].format(**{k: f"{v:,}" for k, v in facts.items() if k != "date"}), \
+        result, facts["date"]
