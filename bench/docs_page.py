@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from context_engine.bench import docs_tables
+from context_engine.bench import docs_headline, docs_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "benchmarks.json"
@@ -53,7 +53,7 @@ def headline(results: dict[str, Any]) -> str:
     """The README's results table: what, result, date, and where the full table is."""
     rows = ["| measured | result | date | details |", "|---|---|---|---|"]
     for h in results["headline"]:
-        what, result, date = docs_tables.headline_row(h)
+        what, result, date = docs_headline.headline_row(h)
         rows.append(f"| {what} | {result} | {date} | [benchmarks](docs/benchmarks.md#{h['anchor']}) |")
     return "\n".join(rows)
 

@@ -1,0 +1,66 @@
+"""The README's headline rows: each names a bench output under ``docs/results/`` and what
+to read from it (``bench/docs_tables.py`` reads the files); a row that names none was typed
+in from an earlier run and says so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from context_engine.bench import docs_tables as t
+
+
+def _engine(h: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    report = t.read(h["file"])
+    result = report["files"][h["data"]]
+    return report, result, result["systems"][h.get("system", "engine")]
+
+
+def bill_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report, result, s = _engine(h)
+    o, a = (s["replay"]["billing"][k]["cost_vs_direct"] for k in t.BILLS)
+    return f"{o:.3f}× direct (OpenAI), {a:.3f}× (Anthropic)", \
+        {"date": report["date"], "cases": result["cases"], "requests": s["requests"]}
+
+
+def evidence_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report, result, s = _engine(h)
+    return f"{t.evidence(s)} at {t.pct(s['reduction'][t.PRIMARY])} fewer input tokens", \
+        {"date": report["date"], "cases": result["cases"], "probes": s["probes"]}
+
+
+def cold_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report = t.read(h["file"])
+    parts: list[str] = []
+    for data, label in h["data"].items():
+        cold, warm = (report["files"][data]["summary"][m] for m in ("cold", "warm"))
+        p95 = f", p95 +{cold['added_ms_p95']:.0f} ms" if not parts else ""
+        parts.append(f"{label} {t.pct(cold['evidence_share'])} at {t.pct(cold['reduction'])} fewer "
+                     f"tokens{p95} (warm: {t.pct(warm['evidence_share'])})")
+    return "; ".join(parts), {"date": report["date"]}
+
+
+def eval_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    report = t.read(h["file"])
+    f1, bill = report["f1"], report["bill"]
+    low, high = f1["ci95"]
+    costs = [bill[arm]["sim"]["cost_usd"] for arm in ("original", "rewritten")]
+    return (f"{t.signed(f1['diff'], '')} points of token F1 [{t.signed(low, '')}, {t.signed(high, '')}] "
+            f"for {t.signed(100 * (costs[1] / costs[0] - 1), '%')} cost"), \
+        {"date": report["date"], "questions": f1["questions"]}
+
+
+HEADLINES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
+    "bill": bill_figures, "evidence": evidence_figures, "cold_memory": cold_figures,
+    "eval": eval_figures}
+
+
+def headline_row(h: dict[str, Any]) -> tuple[str, str, str]:
+    """What, result and date of one README row: read from its bench output when it names one
+    (``what`` may cite the run's ``{cases}``, ``{requests}``, ``{probes}``), else typed in
+    from an earlier run and marked so."""
+    if "from" not in h:
+        return h["what"], f"{h['result']} (transcribed, not regenerated: {h['why']})", h["date"]
+    result, facts = HEADLINES[h["from"]](h)
+    return h["what"].format(**{k: f"{v:,}" for k, v in facts.items() if k != "date"}), \
+        result, facts["date"]
