@@ -13,6 +13,8 @@
   de-stress?"): in a conversation between them every turn is said by one and mostly
   addressed to the other, so a name matches the short turns that only say it
   ("Melanie: Bye, Caroline!"), and a speaker's own turns say "I", not their name.
+- ``asks_advice``: a turn asking for a suggestion or tips for its speaker (the zone then
+  keeps a share for what the user said about themselves: ``profile``).
 - ``months``: the (month, year) pairs a question names ("in April 2022"), so turns
   from sessions dated then can be preferred.
 """
@@ -55,7 +57,7 @@ _STOP = {
 
 
 SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")  # a turn's date header
-_TODAY = re.compile(r"^\((?:today|now|date|current date)\s*:[^)\n]{0,80}\)\s*", re.IGNORECASE)  # "(today: …)"
+TODAY = re.compile(r"^\((?:today|now|date|current date)\s*:[^)\n]{0,80}\)\s*", re.IGNORECASE)  # "(today: …)"
 _ASK = re.compile(
     r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
     r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
@@ -83,12 +85,14 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
     ``(today: …)`` date and the speaker's name are the turn's metadata, not an ask. A
     sentence that points back to an earlier chat ("I'm going back to our previous
     conversation about…") is a recall cue, so it asks; "you mentioned…" alone is not
-    (in a chat between friends it is mostly small talk)."""
+    (in a chat between friends it is mostly small talk). A turn that asks for advice
+    ("I'm stuck with my paintings. Any ideas?") asks with all it tells: what it tells is
+    what the advice is about."""
     if is_acknowledgement(query):
         return False
-    body = SPEAKER.sub("", _TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)
+    body = SPEAKER.sub("", TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)
     sentences = [s for s in re.split(r"(?<=[.!?？。！])\s+", body) if s.strip()]
-    asks = [s for s in sentences if _ASK.search(s)]
+    asks = sentences if asks_advice(body) else [s for s in sentences if _ASK.search(s)]
     ids = _ID.findall(body)
     exact = ids + [m.group(0) for m in _DATE.finditer(body)]
     told = sum(len(terms(s)) for s in sentences if not _ASK.search(s))
@@ -96,6 +100,20 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
         return False  # an id always asks (an order or ticket named is one to look up)
     novel = {t for s in asks + exact for t in terms(s) if t in memory_terms and t not in visible_terms}
     return bool(novel)
+
+
+_ADVICE = re.compile(
+    r"\b(suggest\w*|recommend\w*|advi[cs]e|tips?|ideas?|what should I|should I)\b", re.IGNORECASE)
+_PERSONAL = re.compile(r"(?<![\w'’])(I|you|your|my|me)(?![\w])", re.IGNORECASE)
+
+
+def asks_advice(query: str) -> bool:
+    """A turn asking for a suggestion, tips or advice for its speaker ("Can you suggest a
+    hotel?", "Any tips?", "What should I serve…"): a question holding an advice word, in
+    a turn with a first- or second-person word ("What did Caroline recommend?" is a
+    question about the past; "I got great tips." asks nothing)."""
+    return bool(_PERSONAL.search(query)) and any(
+        _ADVICE.search(s) and _ASK.search(s) for s in re.split(r"(?<=[.!?？。！])\s+", query))
 
 
 _BROAD = re.compile(

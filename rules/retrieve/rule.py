@@ -73,7 +73,8 @@ from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.query import is_broad, needs_memory, terms
+from context_engine.rules.retrieve.profile import own_turns
+from context_engine.rules.retrieve.query import asks_advice, is_broad, needs_memory, terms
 from context_engine.rules.retrieve.search import (
     SNIPPET_OVERHEAD,
     Hit,
@@ -81,6 +82,7 @@ from context_engine.rules.retrieve.search import (
     fused_scores,
     select,
 )
+from context_engine.rules.retrieve.updates import mark_updates
 from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
@@ -183,7 +185,11 @@ class Retrieve:
         hits: list[Hit] = []
         if idx.chunks:
             self._vectorize(idx, query, allowance)
-            hits = select(idx, fused_scores(idx, query, embed, params), visible, params, counter)
+            scores = fused_scores(idx, query, embed, params)
+            own = own_turns(idx, scores) if self.config.self_share > 0 and asks_advice(query) else []
+            hits = select(idx, scores, visible, params, counter, own, int(self.config.self_share * budget))
+            if self.config.mark_updates:
+                hits = mark_updates(hits, idx, query, counter, budget)
         if self.kb is not None:
             used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
             hits += self.kb.search(query, embed, params, counter, budget - used)
