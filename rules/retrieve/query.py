@@ -68,15 +68,17 @@ _ASK = re.compile(
 )
 
 
-def needs_memory(query: str, window: list[str], memory_terms: set[str], always: bool) -> bool:
+def needs_memory(query: str, window: list[str], memory_terms: set[str], always: bool,
+                 advice: bool = True) -> bool:
     """The gate: with ``always`` every turn but an acknowledgement, else ``asks_for_memory``
     against the terms the visible ``window`` already shows."""
     if always:
         return not is_acknowledgement(query)
-    return asks_for_memory(query, {t for text in window for t in terms(text)}, memory_terms)
+    return asks_for_memory(query, {t for text in window for t in terms(text)}, memory_terms, advice)
 
 
-def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
+def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str],
+                    advice: bool = True) -> bool:
     """A turn needs memory when it names an id, or mainly asks something (its questions,
     recall cues and dates hold at least as many words as what it tells), and names at
     least one term that the visible window lacks and the memory holds. A turn that tells
@@ -87,12 +89,12 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
     conversation about…") is a recall cue, so it asks; "you mentioned…" alone is not
     (in a chat between friends it is mostly small talk). A turn that asks for advice
     ("I'm stuck with my paintings. Any ideas?") asks with all it tells: what it tells is
-    what the advice is about."""
+    what the advice is about (``advice``: on with ``self_share``)."""
     if is_acknowledgement(query):
         return False
     body = SPEAKER.sub("", TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)
     sentences = [s for s in re.split(r"(?<=[.!?？。！])\s+", body) if s.strip()]
-    asks = sentences if asks_advice(body) else [s for s in sentences if _ASK.search(s)]
+    asks = sentences if advice and asks_advice(body) else [s for s in sentences if _ASK.search(s)]
     ids = _ID.findall(body)
     exact = ids + [m.group(0) for m in _DATE.finditer(body)]
     told = sum(len(terms(s)) for s in sentences if not _ASK.search(s))

@@ -114,3 +114,10 @@ def test_marks_are_deterministic_and_can_be_turned_off():
     assert _zone(msgs) == _zone(msgs)
     plain = _zone(msgs, mark_updates=False)
     assert "twice a week" in plain and "(latest" not in plain
+
+
+def test_between_named_people_an_advice_request_is_conversation():
+    msgs = _advice_chat("Caroline: Can you suggest some activities I can do during my commute to work?")
+    for i, m in enumerate(msgs[1:-1], 1):
+        m["content"] = f"{'Caroline' if m['role'] == 'user' else 'Melanie'}: {m['content']}"
+    assert _zone(msgs) == _zone(msgs, self_share=0.0)
