@@ -69,12 +69,14 @@ _ASK = re.compile(
 
 
 def needs_memory(query: str, window: list[str], memory_terms: set[str], always: bool,
-                 advice: bool = True) -> bool:
+                 advice: bool = True, unseen: frozenset[str] = frozenset()) -> bool:
     """The gate: with ``always`` every turn but an acknowledgement, else ``asks_for_memory``
-    against the terms the visible ``window`` already shows."""
+    against the terms the visible ``window`` already shows, but ``unseen`` (terms the
+    window shows while the memory holds more on them: ``updates.unseen_subject``)."""
     if always:
         return not is_acknowledgement(query)
-    return asks_for_memory(query, {t for text in window for t in terms(text)}, memory_terms, advice)
+    visible = {t for text in window for t in terms(text)} - unseen
+    return asks_for_memory(query, visible, memory_terms, advice)
 
 
 def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str],

@@ -83,7 +83,7 @@ from context_engine.rules.retrieve.search import (
     fused_scores,
     select,
 )
-from context_engine.rules.retrieve.updates import mark_updates
+from context_engine.rules.retrieve.updates import mark_updates, unseen_subject
 from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
@@ -169,7 +169,10 @@ class Retrieve:
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
         always = self.config.gate == "always" or self.kb is not None
-        return needs_memory(query, window, idx.vocabulary, always, self._advice(idx))
+        advice = self._advice(idx)  # (a user and an assistant, as for the subject below)
+        unseen = unseen_subject(idx, query, "\n".join(window)) if advice and self.config.mark_updates \
+            else frozenset()
+        return needs_memory(query, window, idx.vocabulary, always, advice, unseen)
 
     def _advice(self, idx: SessionIndex) -> bool:
         """Advice requests (``self_share``) count between a user and an assistant, not

@@ -7,7 +7,9 @@ also says so on each line: the question's subject is its rarest word that the me
 holds more than once, and when it occurs in what people said (user turns, or named
 speakers' turns: not an assistant's reply) in two or more turns, the latest one is marked ``(latest on yoga)`` and each earlier one ``(earlier than #213 on yoga)``.
 Nothing is dropped: a question about the earlier value ("before the 7/22 trip…") still
-finds it.
+finds it. And when the window shows one statement on the subject while the memory holds
+others (``unseen_subject``), the gate does not count the subject as seen: the window's
+"yoga three times a week" does not answer "how often, and since when?" alone.
 """
 
 from __future__ import annotations
@@ -23,25 +25,25 @@ from context_engine.rules.retrieve.search import Hit, render
 _WORD = re.compile(r"[^\W\d_][\w'’&-]*")
 
 
-def subject(index: SessionIndex, query: str) -> tuple[str, str] | None:
+def subject(index: SessionIndex, query: str, least: int = 2) -> tuple[str, str] | None:
     """``(term, word)``: the question's rarest word (of three letters or more) that at
-    least two chunks hold, as a search term and as the question wrote it."""
+    least ``least`` chunks hold, as a search term and as the question wrote it."""
     words: dict[str, str] = {}
     for word in _WORD.findall(TODAY.sub("", query.strip(), count=1)):
         found = terms(word)
         if len(found) == 1 and found[0].isalpha() and len(found[0]) >= 3:
             words.setdefault(found[0], word)
-    held = [t for t in words if index.frequency(t) >= 2]
+    held = [t for t in words if index.frequency(t) >= least]
     if not held:
         return None
     term = min(held, key=lambda t: (index.frequency(t), t))
     return term, words[term]
 
 
-def _states(h: Hit) -> bool:
+def _said(role: str, named: bool) -> bool:
     """A statement of a person: a user turn, or a named speaker's ("Caroline: …"); not an
     assistant's reply, a tool's output or a knowledge clause."""
-    return h.chunk.role == "user" or h.chunk.named and h.chunk.role == "assistant"
+    return role == "user" or named and role == "assistant"
 
 
 def mark_updates(hits: list[Hit], index: SessionIndex, query: str, counter: TokenCounter,
@@ -53,7 +55,7 @@ def mark_updates(hits: list[Hit], index: SessionIndex, query: str, counter: Toke
     if found is None:
         return hits
     term, word = found
-    about = {h.chunk.index for h in hits if _states(h) and term in terms(h.chunk.text)}
+    about = {h.chunk.index for h in hits if _said(h.chunk.role, h.chunk.named) and term in terms(h.chunk.text)}
     if len(about) < 2:
         return hits
     latest = max(about)
@@ -63,3 +65,18 @@ def mark_updates(hits: list[Hit], index: SessionIndex, query: str, counter: Toke
     while marked and counter.text(render(marked)) > budget:
         marked.pop()
     return marked
+
+
+def unseen_subject(index: SessionIndex, query: str, visible: str) -> frozenset[str]:
+    """The question's subject term when the memory holds a statement on it that the
+    ``visible`` text does not show: the window may show one statement ("yoga three times a
+    week") and the question need the others too (the gate then does not count the term
+    as seen)."""
+    found = subject(index, query, least=1)
+    if found is None:
+        return frozenset()
+    term = found[0]
+    hidden = any(term in terms(c.text) and c.text not in visible for c in index.chunks
+                 if _said(c.role, c.named))
+    return frozenset({term}) if hidden else frozenset()
+

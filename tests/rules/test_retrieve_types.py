@@ -85,7 +85,7 @@ def _updates_chat(question: str) -> list[dict[str, Any]]:
     for i in range(12):
         user = said.get(i, f"Can you share a quick dinner idea with lentils? ({i})")
         msgs += [{"role": "user", "content": user},
-                 {"role": "assistant", "content": f"Sure: a lentil soup with cumin and lemon ({i})."}]
+                 {"role": "assistant", "content": f"Sure, a lentil soup with cumin and lemon ({i})."}]
     msgs.append({"role": "user", "content": question})
     return msgs
 
@@ -118,6 +118,17 @@ def test_marks_are_deterministic_and_can_be_turned_off():
 
 def test_between_named_people_an_advice_request_is_conversation():
     msgs = _advice_chat("Caroline: Can you suggest some activities I can do during my commute to work?")
-    for i, m in enumerate(msgs[1:-1], 1):
+    for m in msgs[1:-1]:
         m["content"] = f"{'Caroline' if m['role'] == 'user' else 'Melanie'}: {m['content']}"
     assert _zone(msgs) == _zone(msgs, self_share=0.0)
+
+
+def test_a_subject_the_window_shows_once_still_asks_for_the_other_statements():
+    # the latest statement is in the window: the question's words are all visible, yet
+    # the memory holds an earlier statement on the subject, which the zone brings back
+    msgs = _updates_chat("How often do I go to yoga?")
+    msgs[-3]["content"] = "[Session 2023/11/20] These days I go to yoga three times a week."
+    msgs[19]["content"] = "Can you share a quick dinner idea with lentils? (9)"
+    zone = _zone(msgs)
+    assert "I attend yoga twice a week" in zone
+    assert _zone(msgs, mark_updates=False) == ""  # the plain gate: every word is visible
