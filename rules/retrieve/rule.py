@@ -172,7 +172,7 @@ class Retrieve:
         advice = self._advice(idx)  # (a user and an assistant, as for the subject below)
         unseen = unseen_subject(idx, query, "\n".join(window)) if advice and self.config.mark_updates \
             else frozenset()
-        return needs_memory(query, window, idx.vocabulary, always, advice, unseen)
+        return needs_memory(query, window, idx.vocabulary, always, advice, unseen, not idx.voices)
 
     def _advice(self, idx: SessionIndex) -> bool:
         """Advice requests (``self_share``) count between a user and an assistant, not

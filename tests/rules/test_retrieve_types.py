@@ -132,3 +132,10 @@ def test_a_subject_the_window_shows_once_still_asks_for_the_other_statements():
     zone = _zone(msgs)
     assert "I attend yoga twice a week" in zone
     assert _zone(msgs, mark_updates=False) == ""  # the plain gate: every word is visible
+
+
+def test_a_pointer_to_an_earlier_chat_asks_only_with_an_assistant():
+    memory = set(terms("pottery class lake camping"))
+    turn = "Since our last chat about the pottery class, I kept practising every day."
+    assert asks_for_memory(turn, set(), memory)  # a user telling the assistant: a recall cue
+    assert not asks_for_memory(turn, set(), memory, pointers=False)  # friends: small talk
