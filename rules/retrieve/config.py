@@ -25,6 +25,8 @@ class RetrieveConfig:
     max_snippet_tokens: int = option(2000, "token budget of one memory zone")
     budget_share: float = option(0.08, "a zone may also take this share of the tokens of the history it replaces, when that is more than its budget above (a 120k-token history has more to bring back than a 20k one)")
     broad_budget: int = option(4000, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
+    self_share: float = option(0.25, "share of the zone kept for the user's own statements (user turns saying something about the user, best score first) when the turn asks for advice: Any tips…, What should I…; such a turn also passes the gate with what it tells; between a user and an assistant only (0 = off)")
+    mark_updates: bool = option(True, "when snippets of several turns name the question's subject (its rarest word), mark the latest and the earlier ones: (latest on yoga), (earlier than #213 on yoga); between a user and an assistant, the gate does not count that subject as seen while the memory holds statements on it that the window lacks")
     bm25_weight: float = option(0.4, "weight of BM25 in the fused score (the rest is embeddings)")
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
     speaker_weight: float = option(1.0, "score factor of turns by other speakers when the query names one")
@@ -54,8 +56,8 @@ class RetrieveConfig:
             raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:
             raise ValueError("neighbour_decay must be between 0 and 1")
-        if not 0.0 <= self.budget_share <= 1.0:
-            raise ValueError("budget_share must be between 0 and 1")
+        if not 0.0 <= self.budget_share <= 1.0 or not 0.0 <= self.self_share <= 1.0:
+            raise ValueError("budget_share and self_share must be between 0 and 1")
         if self.knowledge_date:
             try:
                 dt.date.fromisoformat(self.knowledge_date)

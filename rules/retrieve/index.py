@@ -161,6 +161,7 @@ class SessionIndex:
         self._terms: list[list[str]] = []
         self.last_injected: list[str] | None = None
         self._vocab: set[str] | None = None
+        self._df: Counter[str] | None = None
         self._speakers: set[str] | None = None
         self._voices: set[str] | None = None
 
@@ -191,7 +192,7 @@ class SessionIndex:
         self.keys |= {c.key for c in new}
         self._terms = self._terms + [terms(c.search_text) or ["\x00"] for c in new]
         self._bm25 = None
-        self._vocab = None
+        self._vocab = self._df = None
         self._speakers = self._voices = None
         return len(new)
 
@@ -257,6 +258,12 @@ class SessionIndex:
             said = Counter(c.speaker for c in self.chunks if c.named and c.role in ("user", "assistant"))
             self._voices = {s for s, n in said.items() if n >= max(3, len(self.chunks) / 10)}
         return self._voices
+
+    def frequency(self, term: str) -> int:
+        """How many chunks hold ``term``."""
+        if self._df is None:
+            self._df = Counter(t for doc in self._terms for t in set(doc))
+        return self._df[term]
 
     @property
     def vocabulary(self) -> set[str]:

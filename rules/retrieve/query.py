@@ -13,6 +13,8 @@
   de-stress?"): in a conversation between them every turn is said by one and mostly
   addressed to the other, so a name matches the short turns that only say it
   ("Melanie: Bye, Caroline!"), and a speaker's own turns say "I", not their name.
+- ``asks_advice``: a turn asking for a suggestion or tips for its speaker (the zone then
+  keeps a share for what the user said about themselves: ``profile``).
 - ``months``: the (month, year) pairs a question names ("in April 2022"), so turns
   from sessions dated then can be preferred.
 """
@@ -55,26 +57,34 @@ _STOP = {
 
 
 SESSION = re.compile(r"^\[((?:Session|Conversation|Day|Date)[^\]\n]{0,80})\]\s*\n?")  # a turn's date header
-_TODAY = re.compile(r"^\((?:today|now|date|current date)\s*:[^)\n]{0,80}\)\s*", re.IGNORECASE)  # "(today: …)"
+TODAY = re.compile(r"^\((?:today|now|date|current date)\s*:[^)\n]{0,80}\)\s*", re.IGNORECASE)  # "(today: …)"
 _ASK = re.compile(
     r"[?？]|^\s*(what|when|where|who|whom|whose|which|why|how|did|do|does|was|were|is|are|can|could|"
     r"remind|recall|remember|tell me|show me|list|find|look up|check)\b|"
-    r"\b(remember|remind me|last time|earlier|before|previously|again|going back to our|"
-    r"(?:previous|earlier|last|other) (?:chat|conversation|discussion|session)s?)\b|"
+    r"\b(remember|remind me|last time|earlier|before|previously|again)\b|"
     r"吗|什么|多少|哪|几|怎么|谁|何时|记得|之前|上次",
     re.IGNORECASE,
 )
+# a pointer to an earlier chat with the assistant (between named people, "since our last
+# chat" is small talk)
+_POINTER = re.compile(r"\b(going back to our|(?:previous|earlier|last|other) "
+                      r"(?:chat|conversation|discussion|session)s?)\b", re.IGNORECASE)
 
 
-def needs_memory(query: str, window: list[str], memory_terms: set[str], always: bool) -> bool:
+def needs_memory(query: str, window: list[str], memory_terms: set[str], always: bool,
+                 advice: bool = True, unseen: frozenset[str] = frozenset(),
+                 pointers: bool = True) -> bool:
     """The gate: with ``always`` every turn but an acknowledgement, else ``asks_for_memory``
-    against the terms the visible ``window`` already shows."""
+    against the terms the visible ``window`` already shows, but ``unseen`` (terms the
+    window shows while the memory holds more on them: ``updates.unseen_subject``)."""
     if always:
         return not is_acknowledgement(query)
-    return asks_for_memory(query, {t for text in window for t in terms(text)}, memory_terms)
+    visible = {t for text in window for t in terms(text)} - unseen
+    return asks_for_memory(query, visible, memory_terms, advice, pointers)
 
 
-def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str]) -> bool:
+def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str],
+                    advice: bool = True, pointers: bool = True) -> bool:
     """A turn needs memory when it names an id, or mainly asks something (its questions,
     recall cues and dates hold at least as many words as what it tells), and names at
     least one term that the visible window lacks and the memory holds. A turn that tells
@@ -82,20 +92,40 @@ def asks_for_memory(query: str, visible_terms: set[str], memory_terms: set[str])
     conversation about what was just said; a leading ``[Session …]`` date header, a
     ``(today: …)`` date and the speaker's name are the turn's metadata, not an ask. A
     sentence that points back to an earlier chat ("I'm going back to our previous
-    conversation about…") is a recall cue, so it asks; "you mentioned…" alone is not
-    (in a chat between friends it is mostly small talk)."""
+    conversation about…") is a recall cue, so it asks (with ``pointers``: a user and an
+    assistant); "you mentioned…" alone is not (in a chat between friends it is mostly
+    small talk). A turn that asks for advice
+    ("I'm stuck with my paintings. Any ideas?") asks with all it tells: what it tells is
+    what the advice is about (``advice``: on with ``self_share``)."""
     if is_acknowledgement(query):
         return False
-    body = SPEAKER.sub("", _TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)
+    body = SPEAKER.sub("", TODAY.sub("", SESSION.sub("", query.strip(), count=1), count=1), count=1)
     sentences = [s for s in re.split(r"(?<=[.!?？。！])\s+", body) if s.strip()]
-    asks = [s for s in sentences if _ASK.search(s)]
+    def asking(s: str) -> bool:
+        return bool(_ASK.search(s) or pointers and _POINTER.search(s))
+
+    asks = sentences if advice and asks_advice(body) else [s for s in sentences if asking(s)]
     ids = _ID.findall(body)
     exact = ids + [m.group(0) for m in _DATE.finditer(body)]
-    told = sum(len(terms(s)) for s in sentences if not _ASK.search(s))
+    told = sum(len(terms(s)) for s in sentences if not asking(s))
     if not ids and sum(len(terms(s)) for s in asks) + len(exact) < told:
         return False  # an id always asks (an order or ticket named is one to look up)
     novel = {t for s in asks + exact for t in terms(s) if t in memory_terms and t not in visible_terms}
     return bool(novel)
+
+
+_ADVICE = re.compile(
+    r"\b(suggest\w*|recommend\w*|advi[cs]e|tips?|ideas?|what should I|should I)\b", re.IGNORECASE)
+_PERSONAL = re.compile(r"(?<![\w'’])(I|you|your|my|me)(?![\w])", re.IGNORECASE)
+
+
+def asks_advice(query: str) -> bool:
+    """A turn asking for a suggestion, tips or advice for its speaker ("Can you suggest a
+    hotel?", "Any tips?", "What should I serve…"): a question holding an advice word, in
+    a turn with a first- or second-person word ("What did Caroline recommend?" is a
+    question about the past; "I got great tips." asks nothing)."""
+    return bool(_PERSONAL.search(query)) and any(
+        _ADVICE.search(s) and _ASK.search(s) for s in re.split(r"(?<=[.!?？。！])\s+", query))
 
 
 _BROAD = re.compile(

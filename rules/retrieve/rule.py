@@ -1,21 +1,22 @@
 """retrieve: long memory over turns that left the window, injected as one cited zone.
 
 What it does
-    Turns in closed blocks (older than ``window`` units, closed every
-    ``block`` units, as ``summarize`` aligns them) leave the request and are indexed
-    for this session only: one chunk per turn, long tool output cut by records, each
-    chunk keeping its turn number, speaker, session/date header and tool name. On a
-    user turn that names an id or mainly asks about something the window lacks (not
-    "thanks"/"ok"/"好的", not news with a question back: ``query.asks_for_memory``), a
-    hybrid search (BM25 over
-    stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
+    Turns in closed blocks (older than ``window`` units, closed every ``block`` units, as
+    ``summarize`` aligns them) leave the request and are indexed for this session only:
+    one chunk per turn, long tool output cut by records, each chunk keeping its turn
+    number, speaker, session/date header and tool name. On a user turn that names an id
+    or mainly asks (or asks advice) about something the window lacks (not "thanks"/"ok"/
+    "好的", not news with a question back: ``query.asks_for_memory``), a hybrid search
+    (BM25 over stemmed words and CJK bigrams + faiss cosine over sentence embeddings, fused; BM25
     weighted up for ids, numbers, dates, code; the question also in its parts and without
     its speakers' names; its month and year scoping sessions; optionally names in
     the best hits searched again; neighbouring turns decayed by distance — ``memory_search``)
     picks the relevant snippets, and they come back as one ``[context-engine:memory]``
     user message just before that user turn. The zone holds ``max_snippet_tokens``; a
     question asking for several things or a judgement (``query.is_broad``) gets
-    ``broad_budget`` and proportionally more seeds.
+    ``broad_budget`` and proportionally more seeds; one asking advice keeps ``self_share``
+    of it for the user's own statements (``profile``); statements of several turns on
+    the question's subject are marked latest and earlier (``updates``).
 
 Cost
     Nothing is embedded for a session until turns leave its request, and then only
@@ -73,7 +74,8 @@ from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
 from context_engine.rules.retrieve.prefetch import Prefetcher
-from context_engine.rules.retrieve.query import is_broad, needs_memory, terms
+from context_engine.rules.retrieve.profile import own_turns
+from context_engine.rules.retrieve.query import asks_advice, is_broad, needs_memory, terms
 from context_engine.rules.retrieve.search import (
     SNIPPET_OVERHEAD,
     Hit,
@@ -81,6 +83,7 @@ from context_engine.rules.retrieve.search import (
     fused_scores,
     select,
 )
+from context_engine.rules.retrieve.updates import mark_updates, unseen_subject
 from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
@@ -89,17 +92,12 @@ ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
 
 def _saves(before: list[Any], after: list[Any], counter: TokenCounter) -> bool:
     """Whether ``after`` costs fewer tokens than ``before``: what left against what came in
-    (zones, and the acknowledgements that keep two user turns apart, which can outweigh
-    a dropped "ok"). Messages are compared by identity: the kept ones are the client's."""
+    (zones, acks keeping two user turns apart); by identity: kept ones are the client's."""
     kept = {id(m) for m in after}
     came = {id(m) for m in before}
     left = [m for m in before if id(m) not in kept]
     added = [m for m in after if id(m) not in came]
     return counter.messages(added) < counter.messages(left)
-
-
-def _is_memory(m: Any) -> bool:
-    return m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER)
 
 
 class Retrieve:
@@ -119,10 +117,10 @@ class Retrieve:
         self.kb = KnowledgeBase.load(config.knowledge_dir, self.cache, config.knowledge_date) \
             if config.knowledge_dir else None
         self.params = SearchParams(config.top_k, config.threshold, config.neighbours,
-                                   config.max_overlap, config.max_snippet_tokens,
-                                   config.bm25_weight, config.bm25_weight_exact,
-                                   config.speaker_weight, config.fusion, config.expansion,
-                                   config.neighbour_decay, config.name_blind, config.date_boost)
+                                   config.max_overlap, config.max_snippet_tokens, config.bm25_weight,
+                                   config.bm25_weight_exact, config.speaker_weight, config.fusion,
+                                   config.expansion, config.neighbour_decay, config.name_blind,
+                                   config.date_boost)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def embedded(self) -> int:
@@ -171,19 +169,29 @@ class Retrieve:
 
     def _needs_memory(self, query: str, window: list[str], idx: SessionIndex) -> bool:
         always = self.config.gate == "always" or self.kb is not None
-        return needs_memory(query, window, idx.vocabulary, always)
+        advice = self._advice(idx)  # (a user and an assistant, as for the subject below)
+        unseen = unseen_subject(idx, query, "\n".join(window)) if advice and self.config.mark_updates \
+            else frozenset()
+        return needs_memory(query, window, idx.vocabulary, always, advice, unseen, not idx.voices)
+
+    def _advice(self, idx: SessionIndex) -> bool:
+        """Advice requests (``self_share``) count between a user and an assistant, not
+        between named people ("Caroline: any tips?" is conversation)."""
+        return self.config.self_share > 0 and not idx.voices
 
     def _recall(self, idx: SessionIndex, query: str, visible: str, counter: TokenCounter,
                 budget: int, allowance: list[int]) -> list[Hit]:
         if budget <= 0:
             return []
-        embed = self.cache.get
+        embed, hits = self.cache.get, []
         wide = max(1.0, budget / self.params.max_tokens)  # a broad question's budget: more seeds
         params = replace(self.params, max_tokens=budget, top_k=round(self.params.top_k * wide))
-        hits: list[Hit] = []
         if idx.chunks:
             self._vectorize(idx, query, allowance)
-            hits = select(idx, fused_scores(idx, query, embed, params), visible, params, counter)
+            scores = fused_scores(idx, query, embed, params)
+            own = own_turns(idx, scores) if self._advice(idx) and asks_advice(query) else []
+            hits = select(idx, scores, visible, params, counter, own, int(self.config.self_share * budget))
+            hits = mark_updates(hits, idx, query, counter, budget) if self.config.mark_updates else hits
         if self.kb is not None:
             used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
             hits += self.kb.search(query, embed, params, counter, budget - used)
@@ -192,7 +200,7 @@ class Retrieve:
     async def apply(self, ctx: RequestContext) -> RequestContext:
         if self.config.sessions == "chat" and ctx.kind == AGENT:
             return ctx  # an agent works from its recent turns: compact plans its session
-        if any(_is_memory(m) for m in ctx.messages):
+        if any(m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER) for m in ctx.messages):
             return ctx  # already rewritten: applying twice changes nothing more
         msgs = list(ctx.messages)
         counter = TokenCounter(ctx.encoding)

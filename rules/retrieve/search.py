@@ -27,6 +27,7 @@ does not start with a speaker's name).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +74,7 @@ class SearchParams:
 class Hit:
     chunk: Chunk
     score: float
+    note: str = ""  # shown after the snippet: "(earlier than #213 on yoga)" (``updates``)
 
 
 def _minmax(x: np.ndarray) -> np.ndarray:
@@ -160,20 +162,25 @@ def overlap(text: str, visible: set[tuple[str, str]]) -> float:
 
 
 def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: SearchParams,
-           counter: TokenCounter) -> list[Hit]:
+           counter: TokenCounter, first: Sequence[tuple[int, float]] = (),
+           first_tokens: int = 0) -> list[Hit]:
     """Seeds, their neighbours, overlap filter and token budget (module docstring,
-    steps 4-5), best first."""
+    steps 4-5), best first. ``first`` (chunk, score) pairs come before them, within
+    ``first_tokens`` of the budget (a question asking for advice: ``profile``)."""
     visible = bigrams(visible_text)
-    hits, used = [], 0
-    for i, score in _candidates(index, scores, p):
-        c = index.chunks[i]
-        if overlap(c.text, visible) > p.max_overlap:
-            continue
-        cost = counter.text(c.text) + SNIPPET_OVERHEAD
-        if used + cost > p.max_tokens:
-            continue
-        used += cost
-        hits.append(Hit(c, round(score, 4)))
+    hits: list[Hit] = []
+    used, taken = 0, set()
+    for pool, cap in ((first, min(first_tokens, p.max_tokens)), (_candidates(index, scores, p), p.max_tokens)):
+        for i, score in pool:
+            c = index.chunks[i]
+            if i in taken or overlap(c.text, visible) > p.max_overlap:
+                continue
+            cost = counter.text(c.text) + SNIPPET_OVERHEAD
+            if used + cost > cap:
+                continue
+            used += cost
+            taken.add(i)
+            hits.append(Hit(c, round(score, 4)))
     while hits and counter.text(render(hits)) > p.max_tokens:
         hits.pop()  # headers and citations pushed the zone over budget: drop the lowest rank
     return hits
@@ -211,6 +218,10 @@ def cite(c: Chunk) -> str:
     return f"#{c.index} {who}: {text}"
 
 
+def _line(h: Hit) -> str:
+    return f"{cite(h.chunk)} {h.note}" if h.note else cite(h.chunk)
+
+
 def _zone_order(h: Hit) -> tuple[bool, str, int, str]:
     """Conversation turns in order first, then knowledge clauses by document."""
     kb = h.chunk.role == "knowledge"
@@ -226,5 +237,5 @@ def render(hits: list[Hit]) -> str:
         if h.chunk.header != header and h.chunk.header:
             lines.append(h.chunk.header)
         header = h.chunk.header
-        lines.append(cite(h.chunk))
+        lines.append(_line(h))
     return "\n".join(lines)
