@@ -50,9 +50,19 @@ def eval_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         {"date": report["date"], "questions": f1["questions"]}
 
 
+def load_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``bench/load.py``: the default rules' added latency beside the passthrough floor's
+    (medians of the rounds), named by the phases ``h["phases"]`` (proxy, floor)."""
+    report = t.read(h["file"])
+    proxy, floor = (report[p]["added_ms_median_of_rounds"] for p in h["phases"])
+    return (f"{proxy['p50']:.1f} ms p50, {proxy['p95']:.0f} ms p95 (passthrough floor "
+            f"{floor['p50']:.1f} / {floor['p95']:.0f} ms)"), \
+        {"date": report["_about"]["date"], "sessions": report["args"]["sessions"]}
+
+
 HEADLINES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
     "bill": bill_figures, "evidence": evidence_figures, "cold_memory": cold_figures,
-    "eval": eval_figures}
+    "eval": eval_figures, "load": load_figures}
 
 
 def headline_row(h: dict[str, Any]) -> tuple[str, str, str]:

@@ -275,7 +275,10 @@ def main() -> None:
     args = p.parse_args()
     load_before = os.getloadavg()[0]
     report = asyncio.run(main_async(args))
-    command = " ".join(a for a in sys.argv[1:] if not a.startswith("--json") and a != args.json)
+    # the command without where it wrote and without the note (kept on its own below)
+    drop = {"--json", args.json, "--note", args.note}
+    command = " ".join(a for a in sys.argv[1:]
+                       if a not in drop and not a.startswith(("--json=", "--note=")))
     report["_about"] = {"command": f"python3 bench/load.py {command}".strip(),
                         "date": time.strftime("%Y-%m-%d"), "note": args.note,
                         "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
