@@ -82,9 +82,10 @@ class Settings:
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
     log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
     stream_coalesce_ms: float = field(default=10.0, metadata={
-        "help": "an SSE stream's small events that arrive within this many ms go out in one "
-                "write, byte for byte (0 = each as it comes); a token-a-millisecond stream "
-                "otherwise costs the event loop a write per token"})
+        "help": "an SSE stream's small events that arrive within this many ms are read and "
+                "go out in one write, byte for byte (0 = each as it comes); a "
+                "token-a-millisecond stream otherwise costs the event loop a read and a "
+                "write per token"})
     rules_deadline_ms: float = field(default=250.0, metadata={
         "help": "a rewrite not done this long after the request arrived sends the original (failed open; 0 = no deadline)"})
     rules_deadline_per_10k_tokens_ms: float = field(default=60.0, metadata={
