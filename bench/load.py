@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sqlite3
 import statistics
 import subprocess
@@ -44,6 +45,7 @@ import httpx
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from context_engine.bench.cases import load_cases, resolve_file
+from context_engine.bench.cli import without_outputs
 from context_engine.bench.fleet import free_port, wait_up
 from context_engine.bench.load_client import Outcome, requests_of, run_cold, run_sessions, send
 from context_engine.bench.load_extras import plan, rss_trend, start_extras, stop_extras
@@ -63,11 +65,6 @@ class Phase:
     cpu_s: float | None = None  # the proxy process's CPU seconds over the timed part
     proxy_ms: list[float] = field(default_factory=list)  # the ledger's time before forwarding
     extras: dict[str, Any] | None = None  # what the long streams and hostile callers did
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    """The shared nearest-rank percentile (``bench/metrics.py``), q in 0..1."""
-    return percentile(xs, q * 100)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -166,9 +163,9 @@ def summary(p: Phase, delay: float) -> dict[str, Any]:
     rss = [m for _, m in p.rss_mb]
     out: dict[str, Any] = {"requests": len(p.outcomes), "wall_s": round(p.wall, 1),
            "throughput_rps": round(len(p.outcomes) / p.wall, 2) if p.wall else None,
-           "added_ms": {"p50": _r(pct(added, 0.5)), "p95": _r(pct(added, 0.95)),
+           "added_ms": {"p50": _r(percentile(added, 50)), "p95": _r(percentile(added, 95)),
                         "max": _r(max(added, default=None))},
-           "server_ms_before_forward": {"p50": _r(pct(p.proxy_ms, 0.5)), "p95": _r(pct(p.proxy_ms, 0.95))},
+           "server_ms_before_forward": {"p50": _r(percentile(p.proxy_ms, 50)), "p95": _r(percentile(p.proxy_ms, 95))},
            "cpu_ms_per_request": _r(1000 * p.cpu_s / len(p.outcomes)) if p.cpu_s is not None and p.outcomes else None,
            "proxy_failures": len(proxy_failures),
            "failure_examples": sorted({f"{o.fault}/{o.status}/{o.error}" for o in proxy_failures})[:5],
@@ -199,7 +196,7 @@ def _added(o: Outcome, delay: float) -> float:
 
 
 def _spread(values: list[float]) -> dict[str, float | None]:
-    return {"p50": _r(pct(values, 0.5)), "p95": _r(pct(values, 0.95)), "max": _r(max(values, default=None))}
+    return {"p50": _r(percentile(values, 50)), "p95": _r(percentile(values, 95)), "max": _r(max(values, default=None))}
 
 
 def _r(x: float | None) -> float | None:
@@ -276,10 +273,8 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     report = asyncio.run(main_async(args))
     # the command without where it wrote and without the note (kept on its own below)
-    drop = {"--json", args.json, "--note", args.note}
-    command = " ".join(a for a in sys.argv[1:]
-                       if a not in drop and not a.startswith(("--json=", "--note=")))
-    report["_about"] = {"command": f"python3 bench/load.py {command}".strip(),
+    command = shlex.join(["python3", "bench/load.py", *without_outputs(sys.argv[1:], ("--json", "--note"))])
+    report["_about"] = {"command": command,
                         "date": time.strftime("%Y-%m-%d"), "note": args.note,
                         "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2)}
     text = json.dumps(report, indent=1)

@@ -28,7 +28,7 @@ from typing import Any
 
 from context_engine.bench.cases import load_cases, resolve_file
 from context_engine.bench.fleet import Nginx, Postgres, Replica, free_port, wait_up
-from context_engine.bench.load import pct
+from context_engine.bench.metrics import percentile
 from context_engine.bench.load_client import run_sessions
 from context_engine.bench.overhead import _cpu_seconds
 from context_engine.proxy.recording.ledger import read_rows
@@ -81,7 +81,7 @@ def phase(n: int, args: argparse.Namespace, pg: Postgres, upstream: str, config:
     return {"replicas": n, "requests": len(outcomes), "errors": len(outcomes) - len(ok),
             "wall_s": round(wall, 1), "throughput_rps": round(len(ok) / wall, 2),
             "added_p50_ms": round(statistics.median(added), 1) if added else None,
-            "added_p95_ms": round(pct(added, 0.95) or 0.0, 1),
+            "added_p95_ms": round(percentile(added, 95) or 0.0, 1),
             "ledger_rows": len(read_rows(ledger)), "cpu_seconds": used,
             "cores": os.cpu_count()}
 
