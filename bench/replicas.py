@@ -28,8 +28,8 @@ from typing import Any
 
 from context_engine.bench.cases import load_cases, resolve_file
 from context_engine.bench.fleet import Nginx, Postgres, Replica, free_port, wait_up
-from context_engine.bench.metrics import percentile
 from context_engine.bench.load_client import run_sessions
+from context_engine.bench.metrics import percentile
 from context_engine.bench.overhead import _cpu_seconds
 from context_engine.proxy.recording.ledger import read_rows
 
