@@ -73,6 +73,7 @@ class MockState:
     simulate_cache: bool = True
     script: list[dict[str, Any]] = field(default_factory=list)
     script_pos: int = 0
+    max_input_tokens: int = 0  # a longer prompt gets the provider's "too long" 400 (0: no limit)
 
 
 def _cached(state: MockState, tokens: list[int]) -> int:
@@ -209,6 +210,8 @@ def build_mock_app(state: MockState) -> Starlette:
         if isinstance(body.get("instructions"), str):  # rendered before the input
             items = [body["instructions"]] + items
         prompt, cached = _prompt_tokens(state, body, neutral, items)
+        if 0 < state.max_input_tokens < prompt:
+            return JSONResponse(mock_apis.too_long("responses", prompt, state.max_input_tokens), 400)
         reply = _next_reply(state, "responses", body.get("tools") or [], neutral)
         usage = mock_apis.responses_usage(prompt, cached)
         if body.get("stream"):
@@ -223,6 +226,8 @@ def build_mock_app(state: MockState) -> Starlette:
         neutral = parse_anthropic(raw).chat["messages"]
         system = [body["system"]] if body.get("system") else []  # rendered before the messages
         prompt, cached = _prompt_tokens(state, body, neutral, system + list(body.get("messages") or []))
+        if 0 < state.max_input_tokens < prompt:
+            return JSONResponse(mock_apis.too_long("anthropic", prompt, state.max_input_tokens), 400)
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
         usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw,
                                           mock_apis.asks_compaction(body))
@@ -245,8 +250,9 @@ def build_mock_app(state: MockState) -> Starlette:
 
 class MockUpstream(ServerThread):
     def __init__(self, port: int = 0, simulate_cache: bool = True,
-                 script: list[dict[str, Any]] | None = None) -> None:
-        self.state = MockState(simulate_cache=simulate_cache, script=list(script or []))
+                 script: list[dict[str, Any]] | None = None, max_input_tokens: int = 0) -> None:
+        self.state = MockState(simulate_cache=simulate_cache, script=list(script or []),
+                               max_input_tokens=max_input_tokens)
         super().__init__(build_mock_app(self.state), port)
 
     @property
