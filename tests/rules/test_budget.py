@@ -143,3 +143,27 @@ def test_summarize_then_budget_through_the_engine(tmp_path):
     assert result.journal[-1].tokens_after <= 300 < result.tokens_before
     # recall's marker line (and the reply that keeps two user turns apart) come after the rules
     assert result.tokens_after <= 300 + 40
+
+
+def test_an_agent_that_compacts_on_the_providers_error_gets_its_messages_as_sent():
+    """Claude Code compacts when the provider rejects a request as too long: an original
+    over the budget goes out as it came, an earlier rule's cut undone, so that error
+    reaches it at the request where it would direct. Within the budget, for other agents,
+    or with ``as_sent_agents`` empty, the rule trims as before."""
+    msgs = history()
+    cut = [*msgs[:3], {**msgs[3], "content": "[clipped]"}, *msgs[4:]]  # an earlier rule's work
+    over = COUNTER.messages(msgs) - 1
+    assert COUNTER.messages(cut) < over
+
+    def apply(messages, agent, budget=over, agents="claude"):
+        rule = Budget(BudgetConfig(max_input_tokens=budget, as_sent_agents=agents), make_deps())
+        return asyncio.run(rule.apply(make_ctx(messages, original=msgs, agent=agent)))
+
+    out = apply(cut, "claude")
+    assert out.messages is msgs
+    assert out.notes["budget"] == {"budget": over, "tokens": over + 1, "fits": False, "as_sent": "claude"}
+    assert apply(msgs, "claude").messages is msgs  # not trimmed either
+    assert apply(cut, "codex").messages is cut  # the cut fits: it stands
+    assert apply(cut, "claude", budget=over + 10).messages is cut  # the original fits too
+    assert apply(msgs, "codex").notes["budget"]["dropped_count"] > 0
+    assert apply(msgs, "claude", agents="").notes["budget"]["dropped_count"] > 0
