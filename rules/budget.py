@@ -24,10 +24,11 @@ What it does
 
     An agent that compacts its own history when the provider rejects a request as too
     long (Claude Code: ``as_sent_agents``, matched on the request's agent tag) gets its
-    request as it sent it once the original is over the budget, every rule's rewrite
-    undone: the provider's error reaches it at the request where it would direct, and it
-    compacts there. Trimmed instead, the error never comes, the agent never compacts, and
-    the history it holds and sends grows without bound (docs/agents.md).
+    messages as it sent them once the original is over the window (``max_input_tokens``,
+    else the model's, ``max_tokens`` aside), every rule's rewrite undone: the provider's
+    error reaches it at the request where it would direct, and it compacts there. Cut to
+    fit instead, the error never comes, the agent never compacts, and the history it
+    holds and sends grows without bound (docs/agents.md).
 
 Why
     A request over the context window fails outright. Dropping what matters least, by a
@@ -91,7 +92,8 @@ class BudgetConfig:
                                            "X-Context-Engine-Agent header; comma separated) that "
                                            "compact their history when the provider rejects a "
                                            "request as too long: a request of theirs whose original "
-                                           "is over the budget goes out as sent, every rule's "
+                                           "is over the window (max_input_tokens, else the model's, "
+                                           "max_tokens aside) goes out as sent, every rule's "
                                            "rewrite undone, so that error reaches them where it "
                                            "would direct (empty: trim theirs too)")
 
@@ -181,8 +183,11 @@ class Budget:
         counter = TokenCounter(ctx.encoding)
         before = counter.request(ctx.messages, ctx.tools)
         if ctx.agent in self.as_sent and ctx.original is not None:
+            # the provider's "prompt is too long" (input over the window, max_tokens aside:
+            # Claude Code lowers max_tokens on that error) is the agent's signal to compact
+            window = self.config.max_input_tokens or context_window(ctx.model)
             original = before if ctx.messages is ctx.original else counter.request(ctx.original, ctx.tools)
-            if original > budget:  # the provider's "too long" is the agent's signal to compact
+            if original > window:
                 return ctx.replace(messages=ctx.original).with_note(
                     self.name, {"budget": budget, "tokens": original, "fits": False, "as_sent": ctx.agent})
         if before <= budget:

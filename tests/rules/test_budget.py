@@ -167,3 +167,19 @@ def test_an_agent_that_compacts_on_the_providers_error_gets_its_messages_as_sent
     assert apply(cut, "claude", budget=over + 10).messages is cut  # the original fits too
     assert apply(msgs, "codex").notes["budget"]["dropped_count"] > 0
     assert apply(msgs, "claude", agents="").notes["budget"]["dropped_count"] > 0
+
+
+def test_as_sent_means_over_the_models_window_not_over_window_less_max_tokens(monkeypatch):
+    """Past window - max_tokens the provider answers "input length and max_tokens exceed
+    context limit", and Claude Code lowers max_tokens: no compaction, so the cut stands
+    there; past the window itself ("prompt is too long") the request goes as sent."""
+    from context_engine.rules import budget as module
+
+    msgs = history()
+    total = COUNTER.messages(msgs)
+    rule = Budget(BudgetConfig(), make_deps())
+    for window, as_sent in ((total + 50, False), (total - 1, True)):
+        monkeypatch.setattr(module, "context_window", lambda model, w=window: w)
+        out = asyncio.run(rule.apply(make_ctx(msgs, original=msgs, agent="claude", max_tokens=200)))
+        assert (out.messages is msgs) is as_sent
+        assert out.notes["budget"].get("as_sent") == ("claude" if as_sent else None)
