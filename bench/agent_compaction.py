@@ -108,9 +108,10 @@ def _is_compaction(raw: bytes) -> bool:
 
 
 def run_once(agent: str, steps: int, proxied: bool, root: Path, lowered: bool = True,
-             window: int = 0) -> dict[str, Any]:
+             window: int = 0, config: str | None = None) -> dict[str, Any]:
     """One session, direct or through the proxy: its requests, and whether it finished.
-    ``lowered``: the user's lowered thresholds; ``window``: the mock's "too long" limit."""
+    ``lowered``: the user's lowered thresholds; ``window``: the mock's "too long" limit;
+    ``config``: the proxy's config file (default: none, the defaults)."""
     root.mkdir(parents=True)
     (root / "work").mkdir()
     env = _home(root, agent, lowered)
@@ -121,7 +122,7 @@ def run_once(agent: str, steps: int, proxied: bool, root: Path, lowered: bool = 
             flags: dict[str, Any] = {"store": "memory://", "ledger": ledger, "upstream": mock.url + "/v1"}
             if window:  # the proxy knows the window, as it knows a real model's from litellm's map
                 flags["rule_options"] = {"budget": {"max_input_tokens": window}}
-            settings = load_settings(flags=flags, env={}, config_path=os.devnull)
+            settings = load_settings(flags=flags, env={}, config_path=config or os.devnull)
             app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
             with ServerThread(app) as proxy:
                 base = proxy.url + tag_prefix(agent, str(root / "work"))  # as run tags it
@@ -161,16 +162,29 @@ def _drive(argv: list[str], env: dict[str, str], root: Path) -> tuple[subprocess
     return done, time.perf_counter() - start
 
 
-def compare(agent: str, steps: int, lowered: bool = True, window: int = 0) -> dict[str, Any]:
+def compare(agent: str, steps: int, lowered: bool = True, window: int = 0,
+            config: str | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ce-compaction-") as tmp:
         direct = run_once(agent, steps, False, Path(tmp) / "direct", lowered, window)
-        proxied = run_once(agent, steps, True, Path(tmp) / "proxied", lowered, window)
+        proxied = run_once(agent, steps, True, Path(tmp) / "proxied", lowered, window, config)
     return {"agent": agent, "steps": steps, "lowered_threshold": lowered, "window": window,
-            "direct": direct, "proxied": proxied}
+            "config": config or "defaults", "direct": direct, "proxied": proxied,
+            "totals": _totals(direct, proxied)}
+
+
+def _totals(direct: dict[str, Any], proxied: dict[str, Any]) -> dict[str, int]:
+    """Tokens over the whole session: what direct sent, what the proxy's ledger counts as
+    the originals ("vs direct" prices these), what the proxy sent."""
+    return {"direct_sent": sum(q["client_tokens"] for q in direct["requests"]),
+            "proxied_originals": sum(q["client_tokens"] for q in proxied["requests"]),
+            "proxied_sent": sum(q["usage_input_tokens"] for q in proxied["requests"])}
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(f"{result['agent']}: {result['steps']} tool steps")
+    t = result["totals"]
+    print(f"{result['agent']}: {result['steps']} tool steps; proxy config: {result['config']}; session "
+          f"totals: direct sent {t['direct_sent']:,}, proxied originals {t['proxied_originals']:,}, "
+          f"proxied sent {t['proxied_sent']:,} tokens")
     for arm in ("direct", "proxied"):
         run = result[arm]
         print(f"  {arm:8} exit {run['exit']}, {run['seconds']} s, compaction requests at "
@@ -191,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="leave the agents' own thresholds at their defaults (no lowered knobs)")
     p.add_argument("--window", type=int, default=0,
                    help="the mock answers a prompt over this many tokens with the provider's 'too long' 400")
+    p.add_argument("--config", help="the proxy's config file (default: none, the defaults)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     agents = args.agent or [a for a in ("claude", "codex") if shutil.which(a)]
     if not agents:
         print("neither claude nor codex is installed", file=sys.stderr)
         return 2
-    results = [compare(a, args.steps, not args.default_threshold, args.window) for a in agents]
+    results = [compare(a, args.steps, not args.default_threshold, args.window, args.config) for a in agents]
     if args.json:
         print(json.dumps(results, indent=2))
     else:
