@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from context_engine.proxy.demo.mock_apis import COMPACTION_PROMPTS
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.dialects.anthropic.request import parse as parse_anthropic
@@ -121,7 +123,10 @@ def run_once(agent: str, steps: int, proxied: bool, root: Path, lowered: bool = 
             ledger = str(root / "ledger.db")
             flags: dict[str, Any] = {"store": "memory://", "ledger": ledger, "upstream": mock.url + "/v1"}
             if window:  # the proxy knows the window, as it knows a real model's from litellm's map
-                flags["rule_options"] = {"budget": {"max_input_tokens": window}}
+                options = (yaml.safe_load(Path(config).read_text()) or {}).get("rule_options") or {} \
+                    if config else {}  # flags replace the file's rule_options: keep its others
+                budget = {**options.get("budget", {}), "max_input_tokens": window}
+                flags["rule_options"] = {**options, "budget": budget}
             settings = load_settings(flags=flags, env={}, config_path=config or os.devnull)
             app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
             with ServerThread(app) as proxy:
