@@ -110,14 +110,16 @@ def _is_compaction(raw: bytes) -> bool:
 
 
 def run_once(agent: str, steps: int, proxied: bool, root: Path, lowered: bool = True,
-             window: int = 0, config: str | None = None) -> dict[str, Any]:
+             window: int = 0, config: str | None = None, usage_scale: float = 1.0) -> dict[str, Any]:
     """One session, direct or through the proxy: its requests, and whether it finished.
     ``lowered``: the user's lowered thresholds; ``window``: the mock's "too long" limit;
-    ``config``: the proxy's config file (default: none, the defaults)."""
+    ``config``: the proxy's config file (default: none, the defaults); ``usage_scale``:
+    the share of the counted usage the mock reports (what drives the agent's decision?)."""
     root.mkdir(parents=True)
     (root / "work").mkdir()
     env = _home(root, agent, lowered)
     mock = MockUpstream(script=script(steps), max_input_tokens=window)
+    mock.state.usage_scale = usage_scale
     with mock:
         if proxied:
             ledger = str(root / "ledger.db")
@@ -168,11 +170,12 @@ def _drive(argv: list[str], env: dict[str, str], root: Path) -> tuple[subprocess
 
 
 def compare(agent: str, steps: int, lowered: bool = True, window: int = 0,
-            config: str | None = None) -> dict[str, Any]:
+            config: str | None = None, usage_scale: float = 1.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ce-compaction-") as tmp:
-        direct = run_once(agent, steps, False, Path(tmp) / "direct", lowered, window)
-        proxied = run_once(agent, steps, True, Path(tmp) / "proxied", lowered, window, config)
+        direct = run_once(agent, steps, False, Path(tmp) / "direct", lowered, window, None, usage_scale)
+        proxied = run_once(agent, steps, True, Path(tmp) / "proxied", lowered, window, config, usage_scale)
     return {"agent": agent, "steps": steps, "lowered_threshold": lowered, "window": window,
+            "usage_scale": usage_scale,
             "config": config or "defaults", "direct": direct, "proxied": proxied,
             "totals": _totals(direct, proxied)}
 
@@ -211,13 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=0,
                    help="the mock answers a prompt over this many tokens with the provider's 'too long' 400")
     p.add_argument("--config", help="the proxy's config file (default: none, the defaults)")
+    p.add_argument("--usage-scale", type=float, default=1.0,
+                   help="the mock reports this share of the usage it counted (0.1: as if a proxy cut 90%%)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args(argv)
     agents = args.agent or [a for a in ("claude", "codex") if shutil.which(a)]
     if not agents:
         print("neither claude nor codex is installed", file=sys.stderr)
         return 2
-    results = [compare(a, args.steps, not args.default_threshold, args.window, args.config) for a in agents]
+    results = [compare(a, args.steps, not args.default_threshold, args.window, args.config, args.usage_scale)
+               for a in agents]
     if args.json:
         print(json.dumps(results, indent=2))
     else:

@@ -74,6 +74,7 @@ class MockState:
     script: list[dict[str, Any]] = field(default_factory=list)
     script_pos: int = 0
     max_input_tokens: int = 0  # a longer prompt gets the provider's "too long" 400 (0: no limit)
+    usage_scale: float = 1.0  # Responses and Messages report this share of the counted usage
 
 
 def _cached(state: MockState, tokens: list[int]) -> int:
@@ -106,6 +107,10 @@ def _prompt_tokens(state: MockState, body: dict[str, Any], neutral: list[Any] | 
     total = state.counter.request(body.get("messages", []) if neutral is None else neutral,
                                   body.get("tools"))
     return total, min(_cached(state, parts), total)
+
+
+def _told(state: MockState, prompt: int, cached: int) -> tuple[int, int]:
+    return int(prompt * state.usage_scale), int(cached * state.usage_scale)
 
 
 def _reply(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -213,7 +218,7 @@ def build_mock_app(state: MockState) -> Starlette:
         if 0 < state.max_input_tokens < prompt:
             return JSONResponse(mock_apis.too_long("responses", prompt, state.max_input_tokens), 400)
         reply = _next_reply(state, "responses", body.get("tools") or [], neutral)
-        usage = mock_apis.responses_usage(prompt, cached)
+        usage = mock_apis.responses_usage(*_told(state, prompt, cached))
         if body.get("stream"):
             return StreamingResponse(mock_apis.responses_stream(body, reply, usage),
                                      media_type="text/event-stream", headers={"x-request-id": "req_mock"})
@@ -229,7 +234,7 @@ def build_mock_app(state: MockState) -> Starlette:
         if 0 < state.max_input_tokens < prompt:
             return JSONResponse(mock_apis.too_long("anthropic", prompt, state.max_input_tokens), 400)
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
-        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw,
+        usage = mock_apis.anthropic_usage(*_told(state, prompt, cached), b'"cache_control"' in raw,
                                           mock_apis.asks_compaction(body))
         if body.get("stream"):
             return StreamingResponse(mock_apis.anthropic_stream(body, reply, usage),
