@@ -22,6 +22,14 @@ What it does
     goes out as the client sent it: a cut that fails anyway would only lose facts, and
     the upstream's own error reaches the client.
 
+    An agent that compacts its own history when the provider rejects a request as too
+    long (Claude Code: ``as_sent_agents``, matched on the request's agent tag) gets its
+    messages as it sent them once the original is over the window (``max_input_tokens``,
+    else the model's, ``max_tokens`` aside), every rule's rewrite undone: the provider's
+    error reaches it at the request where it would direct, and it compacts there. Cut to
+    fit instead, the error never comes, the agent never compacts, and the history it
+    holds and sends grows without bound (docs/agents.md).
+
 Why
     A request over the context window fails outright. Dropping what matters least, by a
     fixed priority list, beats truncating history from the front.
@@ -32,11 +40,13 @@ Example
     orig:1a2b3c4d5e6f``; nothing else changes.
 
 Options
-    max_input_tokens, keep_recent (see ``BudgetConfig``).
+    max_input_tokens, keep_recent, as_sent_agents (see ``BudgetConfig``).
 
 Risks
     Lossy by design, and only when the request would otherwise fail. Everything dropped
-    is listed in the journal note; dropped tool outputs are kept in the store.
+    is listed in the journal note; dropped tool outputs are kept in the store. A request
+    sent as is for ``as_sent_agents`` fails as it would direct (not billed; the agent
+    compacts and goes on).
 """
 
 from __future__ import annotations
@@ -78,6 +88,14 @@ class BudgetConfig:
                                       "max_tokens (no budget for unknown models)")
     keep_recent: int = option(2, "last units whose tool outputs are not stubbed in the first "
                                  "step (they can still go in the last step)")
+    as_sent_agents: str = option("claude", "agents (their tag: context-engine run's, or the "
+                                           "X-Context-Engine-Agent header; comma separated) that "
+                                           "compact their history when the provider rejects a "
+                                           "request as too long: a request of theirs whose original "
+                                           "is over the window (max_input_tokens, else the model's, "
+                                           "max_tokens aside) goes out as sent, every rule's "
+                                           "rewrite undone, so that error reaches them where it "
+                                           "would direct (empty: trim theirs too)")
 
 
 class _Plan:
@@ -150,6 +168,7 @@ class Budget:
     def __init__(self, config: BudgetConfig, deps: RuleDeps) -> None:
         self.config = config
         self.store = deps.store
+        self.as_sent = {a.strip() for a in config.as_sent_agents.split(",") if a.strip()}
 
     def budget_for(self, ctx: RequestContext) -> int:
         if self.config.max_input_tokens > 0:
@@ -163,6 +182,14 @@ class Budget:
             return ctx.with_note(self.name, {"budget": 0, "fits": True})
         counter = TokenCounter(ctx.encoding)
         before = counter.request(ctx.messages, ctx.tools)
+        if ctx.agent in self.as_sent and ctx.original is not None:
+            # the provider's "prompt is too long" (input over the window, max_tokens aside:
+            # Claude Code lowers max_tokens on that error) is the agent's signal to compact
+            window = self.config.max_input_tokens or context_window(ctx.model)
+            original = before if ctx.messages is ctx.original else counter.request(ctx.original, ctx.tools)
+            if original > window:
+                return ctx.replace(messages=ctx.original).with_note(
+                    self.name, {"budget": budget, "tokens": original, "fits": False, "as_sent": ctx.agent})
         if before <= budget:
             return ctx.with_note(self.name, {"budget": budget, "tokens": before, "fits": True})
         plan = _Plan(ctx.messages, counter, before, ctx.caller, ctx.kind == AGENT)

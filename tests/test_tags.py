@@ -107,3 +107,28 @@ def test_tool_search_blocks_pass_the_rules_unchanged(start_proxy, mock):
     for item in (*SEARCH_TOOLS, REFERENCE):
         assert json.dumps(item).encode() in got.body
     assert proxy.rows()[-1]["tokens_sent"] < proxy.rows()[-1]["tokens_original"]  # the rules ran
+
+
+def test_claude_codes_request_over_the_budget_reaches_the_upstream_as_sent(start_proxy, mock):
+    """The agent tag reaches the rules: a Claude Code request whose original is over the
+    budget goes out with its messages as sent (the provider's "too long" is its signal to
+    compact); untagged, the same request is cut to fit."""
+    big = "\n".join(str(n) for n in range(100_000, 103_000))
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Count, then list the files."},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                           "input": {"command": "seq 100000 103000"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": big}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_2", "name": "Bash",
+                                           "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "a.py"}]}]}
+    proxy = start_proxy(enabled="tool_json,budget", rule_options={
+        "tool_json": {"max_chars": 2000}, "budget": {"max_input_tokens": 5000}})
+    raw = json.dumps(body).encode()
+    for prefix, as_sent in ((tag_prefix("claude", PROJECT), True), ("", False)):
+        r = httpx.post(proxy.url + prefix + "/v1/messages", content=raw,
+                       headers={"x-api-key": "sk-ant-k", "content-type": "application/json"})
+        assert r.status_code == 200
+        assert (mock.received[-1].body == raw) is as_sent
+    rows = proxy.rows()
+    assert [r["tokens_sent"] == r["tokens_original"] for r in rows] == [True, False]

@@ -22,6 +22,10 @@ from typing import Any
 from context_engine.proxy.engine.messages import text_of
 
 SHELL_TOOLS = {"bash", "shell", "shell_command", "exec_command", "local_shell", "run_shell_command"}
+# The agents' own compaction prompts: such a request gets a summary, not the script's next step
+COMPACTION_PROMPTS = ("create a detailed summary of the conversation",  # Claude Code
+                      "CONTEXT CHECKPOINT COMPACTION")  # Codex CLI
+SUMMARY = "<analysis>Mock analysis.</analysis>\n<summary>Mock summary: the task is under way.</summary>"
 
 
 @dataclass
@@ -53,6 +57,11 @@ def next_reply(state: Any, api: str, tools: list[Any], neutral: list[Any]) -> Re
     named = [t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
     shell = next((t for t in named if t["name"].lower() in SHELL_TOOLS), None)
     n = len(neutral)
+    last = neutral[-1] if neutral else {}
+    # the last user turn (Claude Code may put a system turn after its summary request)
+    asked: dict[str, Any] = next((m for m in reversed(neutral) if m.get("role") == "user"), {})
+    if any(p in text_of(asked) for p in COMPACTION_PROMPTS):
+        return Reply(text=SUMMARY)
     if state.script and shell is not None:
         step = state.script[state.script_pos] if state.script_pos < len(state.script) else {"text": "Done."}
         state.script_pos += 1
@@ -60,11 +69,20 @@ def next_reply(state: Any, api: str, tools: list[Any], neutral: list[Any]) -> Re
             return Reply(tool=shell["name"], arguments=_shell_args(shell, step["shell"]),
                          call_id=f"{'toolu' if api == 'anthropic' else 'call'}_{state.script_pos:02d}")
         return Reply(text=step["text"])
-    last = neutral[-1] if neutral else {}
     if named and last.get("role") == "user" and not state.script:
         return Reply(tool=named[0]["name"], arguments={"query": text_of(last)[:40]},
                      call_id=f"{'toolu' if api == 'anthropic' else 'call'}_{n}")
     return Reply(text=f"Mock reply to {n} messages.")
+
+
+def too_long(api: str, prompt: int, limit: int) -> dict[str, Any]:
+    """The 400 body a provider sends for a prompt over the model's window."""
+    if api == "anthropic":
+        return {"type": "error", "error": {"type": "invalid_request_error",
+                                           "message": f"prompt is too long: {prompt} tokens > {limit} maximum"}}
+    return {"error": {"message": "Your input exceeds the context window of this model. Please adjust "
+                                 "your input and try again.", "type": "invalid_request_error",
+                      "param": "input", "code": "context_length_exceeded"}}
 
 
 # --- Responses ----------------------------------------------------------------------
@@ -199,7 +217,9 @@ def asks_compaction(body: dict[str, Any]) -> bool:
 
 
 def anthropic_message(body: dict[str, Any], reply: Reply, usage: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "msg_mock", "type": "message", "role": "assistant",
+    # a fresh id per reply, as Anthropic's: Claude Code joins the blocks of replies that share one
+    msg_id = "msg_" + _sig("msg", reply, len(body.get("messages") or ()))
+    return {"id": msg_id, "type": "message", "role": "assistant",
             "model": body.get("model", "mock"), "content": anthropic_blocks(body, reply),
             "stop_reason": "tool_use" if reply.tool else "end_turn", "stop_sequence": None,
             "usage": usage, "x_mock_extra": {"kept": True}}

@@ -73,6 +73,8 @@ class MockState:
     simulate_cache: bool = True
     script: list[dict[str, Any]] = field(default_factory=list)
     script_pos: int = 0
+    max_input_tokens: int = 0  # a longer prompt gets the provider's "too long" 400 (0: no limit)
+    usage_scale: float = 1.0  # Responses and Messages report this share of the counted usage
 
 
 def _cached(state: MockState, tokens: list[int]) -> int:
@@ -105,6 +107,10 @@ def _prompt_tokens(state: MockState, body: dict[str, Any], neutral: list[Any] | 
     total = state.counter.request(body.get("messages", []) if neutral is None else neutral,
                                   body.get("tools"))
     return total, min(_cached(state, parts), total)
+
+
+def _told(state: MockState, prompt: int, cached: int) -> tuple[int, int]:
+    return int(prompt * state.usage_scale), int(cached * state.usage_scale)
 
 
 def _reply(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -209,8 +215,10 @@ def build_mock_app(state: MockState) -> Starlette:
         if isinstance(body.get("instructions"), str):  # rendered before the input
             items = [body["instructions"]] + items
         prompt, cached = _prompt_tokens(state, body, neutral, items)
+        if 0 < state.max_input_tokens < prompt:
+            return JSONResponse(mock_apis.too_long("responses", prompt, state.max_input_tokens), 400)
         reply = _next_reply(state, "responses", body.get("tools") or [], neutral)
-        usage = mock_apis.responses_usage(prompt, cached)
+        usage = mock_apis.responses_usage(*_told(state, prompt, cached))
         if body.get("stream"):
             return StreamingResponse(mock_apis.responses_stream(body, reply, usage),
                                      media_type="text/event-stream", headers={"x-request-id": "req_mock"})
@@ -223,8 +231,10 @@ def build_mock_app(state: MockState) -> Starlette:
         neutral = parse_anthropic(raw).chat["messages"]
         system = [body["system"]] if body.get("system") else []  # rendered before the messages
         prompt, cached = _prompt_tokens(state, body, neutral, system + list(body.get("messages") or []))
+        if 0 < state.max_input_tokens < prompt:
+            return JSONResponse(mock_apis.too_long("anthropic", prompt, state.max_input_tokens), 400)
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
-        usage = mock_apis.anthropic_usage(prompt, cached, b'"cache_control"' in raw,
+        usage = mock_apis.anthropic_usage(*_told(state, prompt, cached), b'"cache_control"' in raw,
                                           mock_apis.asks_compaction(body))
         if body.get("stream"):
             return StreamingResponse(mock_apis.anthropic_stream(body, reply, usage),
@@ -245,8 +255,9 @@ def build_mock_app(state: MockState) -> Starlette:
 
 class MockUpstream(ServerThread):
     def __init__(self, port: int = 0, simulate_cache: bool = True,
-                 script: list[dict[str, Any]] | None = None) -> None:
-        self.state = MockState(simulate_cache=simulate_cache, script=list(script or []))
+                 script: list[dict[str, Any]] | None = None, max_input_tokens: int = 0) -> None:
+        self.state = MockState(simulate_cache=simulate_cache, script=list(script or []),
+                               max_input_tokens=max_input_tokens)
         super().__init__(build_mock_app(self.state), port)
 
     @property

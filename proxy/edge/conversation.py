@@ -181,7 +181,7 @@ class Conversation:
             notes["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
             caller = caller_hash(request.headers, self.session_key, secret)
-            rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw))
+            rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw), agent)
             rewritten = Rewritten.of(rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
             if arm == "rewrite" and (choice == "off" or too_big):
@@ -245,9 +245,10 @@ class Conversation:
             return None
 
     async def _rewrite(self, body: dict[str, Any], sid: str, choice: str | None,
-                       offer: bool = False, caller: str = "", size: int = 0) -> Rewrite | None:
+                       offer: bool = False, caller: str = "", size: int = 0,
+                       agent: str = "") -> Rewrite | None:
         try:
-            return await self.engine.rewrite_off_loop(body, sid, choice, offer, caller, size)
+            return await self.engine.rewrite_off_loop(body, sid, choice, offer, caller, size, agent)
         except Exception:  # the edge: a broken engine never breaks a request
             log.exception("rewrite failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1

@@ -98,6 +98,9 @@ class RequestContext:
     kind: str = "chat"
     # What compaction did (compact), for the ledger.
     compaction: Compaction | None = None
+    # The client's agent tag (``context-engine run``, or the X-Context-Engine-Agent header):
+    # budget sends a Claude Code request over the window as it came (its compaction signal).
+    agent: str = ""
 
     def replace(self, **changes: Any) -> RequestContext:
         return dataclasses.replace(self, **changes)

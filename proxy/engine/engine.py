@@ -87,12 +87,13 @@ class Engine:
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
                            choice: str | None = None, can_offer: bool = False,
-                           caller: str = "", deadline: float | None = None) -> Rewrite:
+                           caller: str = "", deadline: float | None = None,
+                           agent: str = "") -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
         return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller,
-                                                    deadline))
+                                                    deadline, agent))
 
     def deadline_for(self, size: int) -> float | None:
         """Seconds a rewrite of a ``size``-byte request may take: ``rules_deadline_ms``,
@@ -107,20 +108,21 @@ class Engine:
 
     async def rewrite_off_loop(self, body: dict[str, Any], session_id: str,
                                choice: str | None = None, can_offer: bool = False,
-                               caller: str = "", size: int = 0) -> Rewrite:
+                               caller: str = "", size: int = 0, agent: str = "") -> Rewrite:
         """``rewrite`` in the request lane (inline when no rule is enabled), then the
         rules' ``prefetch`` queued in the background lane. Past the deadline
         (``deadline_for`` the body's ``size`` in bytes, queueing included), or when the
         lane is full, the original goes out, counted as failed open; a rewrite that has
         not started by then is skipped, and one that has stops before its next rule.
-        ``caller`` (the API key's scope) gets its fair share of the lane."""
+        ``caller`` (the API key's scope) gets its fair share of the lane; ``agent``: the
+        client's agent tag."""
         if not any(p.rules for p in self.pipelines.values()):
-            return await self.rewrite(body, session_id, choice, can_offer, caller)
+            return await self.rewrite(body, session_id, choice, can_offer, caller, agent=agent)
         allowed = self.deadline_for(size)
         deadline = time.monotonic() + allowed if allowed is not None else None
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
                                                                  session_id, choice, can_offer,
-                                                                 caller, deadline), caller)
+                                                                 caller, deadline, agent), caller)
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
@@ -203,7 +205,7 @@ class Engine:
         return counter.request(body["messages"], tools if isinstance(tools, list) else None)
 
     def _context(self, body: dict[str, Any], session_id: str,
-                 caller: str = "") -> tuple[RequestContext, Any, bool]:
+                 caller: str = "", agent: str = "") -> tuple[RequestContext, Any, bool]:
         model = str(body.get("model") or "")
         counter, fallback = counter_for_model(model)
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -218,6 +220,7 @@ class Engine:
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
             original=body["messages"],
             kind=session_kind(body["messages"], self.settings.session_kind),
+            agent=agent,
         )
         return ctx, counter, fallback
 
@@ -240,13 +243,14 @@ class Engine:
 
     async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None,
                       can_offer: bool = False, caller: str = "",
-                      deadline: float | None = None) -> Rewrite:
+                      deadline: float | None = None, agent: str = "") -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated): the model's
         profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
         are then put back (``proxy/engine/breakpoints.py``); then the recall markers, and whether
         ``context_recall`` is offered (``can_offer``: the API and the client allow it).
-        ``caller`` is the caller's scope: originals are stored and recalled per caller."""
-        ctx, counter, fallback = self._context(body, session_id, caller)
+        ``caller`` is the caller's scope: originals are stored and recalled per caller;
+        ``agent`` the client's agent tag."""
+        ctx, counter, fallback = self._context(body, session_id, caller, agent)
         name = profiles.pick(self.settings, ctx.model, choice)
         pipeline = self.pipelines.get(name, self.pipeline)
         result = await pipeline.run(ctx, counter, deadline)

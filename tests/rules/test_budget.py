@@ -143,3 +143,43 @@ def test_summarize_then_budget_through_the_engine(tmp_path):
     assert result.journal[-1].tokens_after <= 300 < result.tokens_before
     # recall's marker line (and the reply that keeps two user turns apart) come after the rules
     assert result.tokens_after <= 300 + 40
+
+
+def test_an_agent_that_compacts_on_the_providers_error_gets_its_messages_as_sent():
+    """Claude Code compacts when the provider rejects a request as too long: an original
+    over the budget goes out as it came, an earlier rule's cut undone, so that error
+    reaches it at the request where it would direct. Within the budget, for other agents,
+    or with ``as_sent_agents`` empty, the rule trims as before."""
+    msgs = history()
+    cut = [*msgs[:3], {**msgs[3], "content": "[clipped]"}, *msgs[4:]]  # an earlier rule's work
+    over = COUNTER.messages(msgs) - 1
+    assert COUNTER.messages(cut) < over
+
+    def apply(messages, agent, budget=over, agents="claude"):
+        rule = Budget(BudgetConfig(max_input_tokens=budget, as_sent_agents=agents), make_deps())
+        return asyncio.run(rule.apply(make_ctx(messages, original=msgs, agent=agent)))
+
+    out = apply(cut, "claude")
+    assert out.messages is msgs
+    assert out.notes["budget"] == {"budget": over, "tokens": over + 1, "fits": False, "as_sent": "claude"}
+    assert apply(msgs, "claude").messages is msgs  # not trimmed either
+    assert apply(cut, "codex").messages is cut  # the cut fits: it stands
+    assert apply(cut, "claude", budget=over + 10).messages is cut  # the original fits too
+    assert apply(msgs, "codex").notes["budget"]["dropped_count"] > 0
+    assert apply(msgs, "claude", agents="").notes["budget"]["dropped_count"] > 0
+
+
+def test_as_sent_means_over_the_models_window_not_over_window_less_max_tokens(monkeypatch):
+    """Past window - max_tokens the provider answers "input length and max_tokens exceed
+    context limit", and Claude Code lowers max_tokens: no compaction, so the cut stands
+    there; past the window itself ("prompt is too long") the request goes as sent."""
+    from context_engine.rules import budget as module
+
+    msgs = history()
+    total = COUNTER.messages(msgs)
+    rule = Budget(BudgetConfig(), make_deps())
+    for window, as_sent in ((total + 50, False), (total - 1, True)):
+        monkeypatch.setattr(module, "context_window", lambda model, w=window: w)
+        out = asyncio.run(rule.apply(make_ctx(msgs, original=msgs, agent="claude", max_tokens=200)))
+        assert (out.messages is msgs) is as_sent
+        assert out.notes["budget"].get("as_sent") == ("claude" if as_sent else None)
