@@ -17,6 +17,8 @@ class CompactConfig:
     keep_recent: int = option(3, "the last results (tool results, observations) always kept whole")
     keep_prose: int = option(3, "the last assistant turns whose text is always kept whole (prose: on)")
     prose: bool = option(True, "old assistant turns' text is cleared too (their tool calls stay)")
+    keep_related: int = option(4, "an old result whose command names a file that one of the last N assistant turns names stays whole at an epoch (0 = off)")
+    input_chars: int = option(300, "a cleared assistant turn's tool-call arguments longer than this keep their first line and an orig: id (0 = tool inputs kept whole)")
     min_item_tokens: int = option(60, "a result or text shorter than this is never cleared (its placeholder would cost about as much)")
     gist_chars: int = option(300, "a cleared result keeps its skeleton in its placeholder, up to this many characters: definitions with their line numbers, path:line of search hits, traceback frames, errors (0 = the id alone)")
     clear_at_least: int = option(3000, "an epoch clears at least this many tokens, or does not fire")

@@ -64,7 +64,9 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
 from context_engine.rules.compact.epochs import Epoch, Line, commit, load, message_hash
 from context_engine.rules.compact.gist import skeleton
+from context_engine.rules.compact.inputs import shorten_call
 from context_engine.rules.compact.planner import Prices, plan, trigger
+from context_engine.rules.compact.related import related
 
 CLEARED = "[context-engine:cleared]"
 
@@ -97,19 +99,34 @@ class Compact:
         results = [i for i, m in enumerate(original) if isinstance(m, dict)
                    and (m.get("role") == "tool" or i in seen)]
         prose = [i for i, m in enumerate(original) if isinstance(m, dict)
-                 and m.get("role") == "assistant"] if self.config.prose else []
+                 and m.get("role") == "assistant"] if self.config.prose or self.config.input_chars else []
         keep = set(results[len(results) - self.config.keep_recent:] if self.config.keep_recent else [])
         keep |= set(prose[len(prose) - self.config.keep_prose:] if self.config.keep_prose else [])
-        out = []
-        for i in sorted(set(results) | set(prose)):
-            m = original[i]
-            if i in keep or i in pins or i in cleared or not isinstance(m.get("content"), str) \
-                    or m["content"].startswith(CLEARED):
-                continue
-            tokens = counter.text(m["content"])
-            if tokens >= self.config.min_item_tokens and tokens > counter.text(placeholder(m, self.config.gist_chars)):
-                out.append(i)
-        return out
+        keep |= related(original, results, self.config.keep_related)
+        return [i for i in sorted(set(results) | set(prose))
+                if i not in keep and i not in pins and i not in cleared
+                and self._clear(original[i], counter) is not None]
+
+    def _clear(self, m: dict[str, Any], counter: TokenCounter) -> tuple[dict[str, Any], list[str]] | None:
+        """The fields of ``m`` clearing replaces (a function of its content) and the tool
+        inputs it shortened, or None when there is nothing worth clearing: its text, if at least
+        ``min_item_tokens`` and longer than its placeholder (an assistant's only with
+        ``prose``), and an assistant's long tool inputs (``inputs.py``)."""
+        out: dict[str, Any] = {}
+        content = m.get("content")
+        assistant = m.get("role") == "assistant"
+        if isinstance(content, str) and not content.startswith(CLEARED) and (self.config.prose or not assistant):
+            tokens = counter.text(content)
+            text = placeholder(m, self.config.gist_chars)
+            if tokens >= self.config.min_item_tokens and tokens > counter.text(text):
+                out["content"] = text
+        values: list[str] = []
+        if assistant and isinstance(m.get("tool_calls"), list):
+            calls = [shorten_call(c, self.config.input_chars, CLEARED) for c in m["tool_calls"]]
+            values = [v for _, vs in calls for v in vs]
+            if values:
+                out["tool_calls"] = [c for c, _ in calls]
+        return (out, values) if out else None
 
     def _clearable(self, original: list[Any], seen: frozenset[int], counter: TokenCounter) -> int:
         """Tokens of the messages an epoch may ever clear (results, and prose when on)."""
@@ -118,7 +135,8 @@ class Compact:
                    and (m.get("role") == "tool" or i in seen
                         or (self.config.prose and m.get("role") == "assistant")))
 
-    def _cleared(self, msgs: list[Any], original: list[Any], ids: dict[int, str]) -> list[Any]:
+    def _cleared(self, msgs: list[Any], original: list[Any], ids: dict[int, str],
+                 counter: TokenCounter) -> list[Any]:
         """``msgs`` with the messages of client indices ``ids`` replaced in place."""
         if not ids:
             return msgs
@@ -126,8 +144,9 @@ class Compact:
         out = list(msgs)
         for i in ids:
             j = pos.get(id(original[i]))
-            if j is not None:
-                out[j] = {**out[j], "content": placeholder(original[i], self.config.gist_chars)}
+            done = self._clear(original[i], counter) if j is not None else None
+            if j is not None and done is not None:
+                out[j] = {**out[j], **done[0]}
         return out
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
@@ -144,7 +163,7 @@ class Compact:
         cold = self.config.cache_ttl > 0 and last_seen > 0 and now - last_seen > self.config.cache_ttl
         counter = TokenCounter(ctx.encoding)
         prices = Prices.of(ctx.model, self.config)
-        current = self._cleared(list(ctx.messages), original, line.cleared)
+        current = self._cleared(list(ctx.messages), original, line.cleared, counter)
         epoch = self._epoch(ctx, original, line, current, counter, prices, cold)
         line.seen = now
         fired = epoch is not None
@@ -154,7 +173,9 @@ class Compact:
             fired = False
         elif epoch is not None:
             for i in epoch[0]:  # the way back: context_recall finds it by its id
-                keep_original(store, text_of(original[i]), scope=ctx.caller)
+                fields, inputs = self._clear(original[i], counter) or ({}, [])
+                for text in ([text_of(original[i])] if "content" in fields else []) + inputs:
+                    keep_original(store, text, scope=ctx.caller)
             current = epoch[1]
         else:
             commit(store, session, line)
@@ -177,7 +198,7 @@ class Compact:
         if not new:
             return None
         ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
-        after = self._cleared(list(ctx.messages), original, ids)
+        after = self._cleared(list(ctx.messages), original, ids, counter)
         cleared = tokens - counter.messages(after)
         # the first epoch also adds context_recall to the tools (before every message): the
         # whole request is new; on Anthropic all after the system prompt's breakpoint is
