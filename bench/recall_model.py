@@ -16,7 +16,6 @@ their results) to the total.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -25,6 +24,8 @@ from typing import Any
 from context_engine.bench.cases import Case
 from context_engine.bench.metrics import visible_text
 from context_engine.proxy.dialects.chat.recall import TOOL
+from context_engine.proxy.engine.messages import text_of
+from context_engine.proxy.engine.originals import original_id
 from context_engine.proxy.engine.recall_resolve import resolve
 from context_engine.proxy.engine.tokens import TokenCounter
 
@@ -94,20 +95,35 @@ class RecallTally:
 
 
 def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
-    """The id a marker in ``sent`` gives the client message holding ``evidence``."""
-    k = next((k for k, m in enumerate(original) if evidence in visible_text([m])), None)
-    if k is None:
+    """The id a marker in ``sent`` gives a client message holding ``evidence``: its
+    text's ``orig:`` id (a cleared result or turn), a shortened tool input's, or a
+    ``[context-engine:recall]`` line's turn range."""
+    holding = [k for k, m in enumerate(original) if evidence in visible_text([m])]
+    if not holding:
         return None
     shown = visible_text(sent)
-    content = original[k].get("content")
-    if original[k].get("role") == "tool" and isinstance(content, str):
-        oid = "orig:" + hashlib.sha256(content.encode()).hexdigest()[:12]
-        if oid in shown:
-            return oid
+    for k in holding:
+        m = original[k]
+        texts = [text_of(m)] + [v for v in _argument_values(m) if evidence in v]
+        for oid in (original_id(t) for t in texts if t):
+            if oid in shown:
+                return oid
     for found in _TURNS.finditer(shown):
-        if int(found.group(1)) <= k:
-            return f"#{k}"
+        if int(found.group(1)) <= holding[0]:
+            return f"#{holding[0]}"
     return None
+
+
+def _argument_values(m: dict[str, Any]) -> list[str]:
+    """The string arguments of a message's tool calls (what ``compact`` may shorten)."""
+    out: list[str] = []
+    for call in m.get("tool_calls") or ():
+        try:
+            args = json.loads(((call or {}).get("function") or {}).get("arguments") or "")
+        except (ValueError, AttributeError):
+            continue
+        out += [v for v in args.values() if isinstance(v, str)] if isinstance(args, dict) else []
+    return out
 
 
 def _round_tokens(counter: TokenCounter, sent: list[Any], tools: list[Any], args: list[str],
