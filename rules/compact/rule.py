@@ -153,7 +153,7 @@ class Compact:
         agent = ctx.kind == AGENT
         if self.config.sessions == "agent" and not agent:
             return ctx
-        original = list(ctx.original if ctx.original is not None else ctx.messages)
+        original: list[Any] = list(ctx.original if ctx.original is not None else ctx.messages)
         session = ctx.session_id or fingerprint(original[:2])
         store = self.deps.store
         committed = load(store, session)

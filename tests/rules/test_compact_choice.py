@@ -91,13 +91,13 @@ def test_short_or_non_object_inputs_stay_as_they_are() -> None:
 def test_a_shortened_call_is_a_valid_tool_use_on_messages() -> None:
     """The Messages dialect writes the shortened arguments back as the tool_use's input
     object; its id, name and its result's pairing stay."""
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
+    body: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": [
         {"role": "user", "content": TASK},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "bash",
                                            "input": {"command": SCRIPT}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]}]}
     parsed = BY_NAME["anthropic"].parse(json.dumps(body).encode())
-    msgs = list(parsed.chat["messages"])
+    msgs: list[Any] = list(parsed.chat["messages"])
     msgs[1] = {**msgs[1], "tool_calls": [shorten_call(c, 300, CLEARED)[0] for c in msgs[1]["tool_calls"]]}
     sent = json.loads(parsed.splice(msgs))
     block = sent["messages"][1]["content"][0]
