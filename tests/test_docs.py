@@ -151,15 +151,15 @@ NEEDED = {"single": ("reduction", "retained", "failed_open"), "apis": ("reductio
 
 
 def test_generated_tables_refuse_a_bench_output_missing_a_field(tmp_path, monkeypatch):
-    from context_engine.bench import docs_page, docs_tables
+    from context_engine.bench import docs_format, docs_page
 
     placeholders = docs_page.GENERATED.findall(docs_page.TEMPLATE.read_text())
     assert {kind for kind, _ in placeholders} >= set(NEEDED)
-    monkeypatch.setattr(docs_tables, "DIR", tmp_path)
+    monkeypatch.setattr(docs_format, "DIR", tmp_path)
     for kind, names in placeholders:
         for name in names.split(","):
             (tmp_path / name).write_text((REPO / "docs" / "results" / name).read_text())
-        docs_tables.RENDERERS[kind](names.split(","))  # as committed: renders
+        docs_page.RENDERERS[kind](names.split(","))  # as committed: renders
         for field in NEEDED.get(kind, ()):
             first = names.split(",")[0]
             report = json.loads((REPO / "docs" / "results" / first).read_text())
@@ -168,7 +168,7 @@ def test_generated_tables_refuse_a_bench_output_missing_a_field(tmp_path, monkey
             del engine[field]
             (tmp_path / first).write_text(json.dumps(report))
             with pytest.raises(KeyError):
-                docs_tables.RENDERERS[kind](names.split(","))
+                docs_page.RENDERERS[kind](names.split(","))
             (tmp_path / first).write_text((REPO / "docs" / "results" / first).read_text())
 
 
