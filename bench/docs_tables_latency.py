@@ -81,7 +81,7 @@ def overhead(names: list[str]) -> str:
     return table({"columns": ["request", *(["API"] if apis else []), "direct p50",
                               "passthrough added p50 / p95", "shadow − passthrough p50",
                               f"rewrite (`{report['rules']}`) added p50 / p95"],
-                  "align": ["left"] * (2 + apis) + ["right"] * 3, "rows": rows}) \
+                  "align": ["left"] * (1 + apis) + ["right"] * 4, "rows": rows}) \
         + run_line(report, name)
 
 

@@ -28,7 +28,7 @@ def _pooled(report: dict[str, Any], system: str) -> tuple[int, int, float, dict[
         s = result["systems"][system]
         kept, probes = kept + s["retained"], probes + s["probes"]
         before, after = before + s["tokens_before"][PRIMARY], after + s["tokens_after"][PRIMARY]
-        cats[label.rsplit("[", 1)[-1].rstrip("]")] = f"{s['retained']}/{s['probes']}"
+        cats[label.rstrip("]").split()[-1]] = f"{s['retained']}/{s['probes']}"
     return kept, probes, 1 - after / before, cats
 
 
