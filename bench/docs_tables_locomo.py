@@ -76,7 +76,8 @@ def crossval(names: list[str]) -> str:
     return table({"columns": ["", "evidence", "reduction", *CATEGORIES],
                   "align": ["left"] + ["right"] * (2 + len(CATEGORIES)), "rows": rows}) \
         + f"\n\nHeld out per conversation, with the options chosen without it: {folds}. Chosen " \
-          f"on all conversations: {chosen}." + run_line(report, name)
+          f"on all conversations: {chosen}. The run took {report['minutes']:.0f} min." \
+        + run_line(report, name)
 
 
 RENDERERS: dict[str, Callable[[list[str]], str]] = {"variants": variants, "crossval": crossval}
