@@ -94,7 +94,7 @@ def replicas(names: list[str]) -> str:
         for p in report["phases"]:
             cpu = p["cpu_seconds"]
             rows.append([report["sessions"], p["replicas"], f"{p['throughput_rps']:.1f} req/s",
-                         f"{p['added_p50_ms']:.0f} ms", f"{p['added_p95_ms']:,.0f} ms",
+                         f"{p['added_p50_ms']:,.0f} ms", f"{p['added_p95_ms']:,.0f} ms",
                          f"{p['ledger_rows']:,} = {p['requests']:,}" if p["ledger_rows"] == p["requests"]
                          else f"{p['ledger_rows']:,} of {p['requests']:,}", p["errors"],
                          " / ".join(f"{cpu[k]:.1f}" for k in ("replicas", "client", "upstream", "nginx"))])
@@ -106,16 +106,19 @@ def replicas(names: list[str]) -> str:
 
 
 def stream_deltas(names: list[str]) -> str:
-    """Per run: the stream read directly and through the proxy, another caller's small
-    request while a stream runs through the proxy, and the same request with none."""
-    (name,) = names
-    report = read(name)
-    rows = [[i, f"{r['direct_s']:.2f} s", f"{r['through_proxy_s']:.2f} s",
-             f"{r['other_caller_during_stream_s']:.2f} s", f"{r['other_caller_idle_s'] * 1000:.0f} ms"]
-            for i, r in enumerate(report["runs"], 1)]
-    return table({"columns": ["run", f"{report['deltas']:,} deltas, direct", "through the proxy",
+    """One file per proxy setting, a row per run: the stream read directly and through the
+    proxy, another caller's small request while a stream runs through the proxy, and the
+    same request with none."""
+    rows = []
+    for name in names:
+        report = read(name)
+        rows += [[f"{report['stream_coalesce_ms']:g} ms" if i == 1 else "", i, f"{r['direct_s']:.2f} s",
+                  f"{r['through_proxy_s']:.2f} s", f"{r['other_caller_during_stream_s']:.2f} s",
+                  f"{r['other_caller_idle_s'] * 1000:.0f} ms"] for i, r in enumerate(report["runs"], 1)]
+    return table({"columns": ["`stream_coalesce_ms`", "run", "direct", "through the proxy",
                               "other caller meanwhile", "other caller, no stream"],
-                  "align": ["right"] * 5, "rows": rows}) + run_line(report, name)
+                  "align": ["left"] + ["right"] * 5, "rows": rows}) \
+        + "".join(run_line(read(n), n) for n in names)
 
 
 EMBEDDERS = {"numpy": "`minilm` (numpy)", "ort": "`minilm-ort` (ONNX Runtime)",

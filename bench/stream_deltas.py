@@ -25,6 +25,7 @@ import httpx
 
 from context_engine.bench.fleet import free_port, wait_up
 from context_engine.bench.run_record import about, emit
+from context_engine.proxy.settings import Settings
 
 UPSTREAM = r'''
 import json, sys, uvicorn
@@ -95,12 +96,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deltas", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=1, help="measurements with the same servers")
+    ap.add_argument("--coalesce-ms", type=float, default=None,
+                    help="the proxy's stream_coalesce_ms (default: its configured default)")
     ap.add_argument("--json", default=None, metavar="OUT", help="also write the report here")
     ap.add_argument("--note", default="", help="a line on the conditions, kept in the report")
     args = ap.parse_args(argv)
     started = about("python3 bench/stream_deltas.py", sys.argv[1:] if argv is None else argv, args.note)
     up_port, proxy_port = free_port(), free_port()
-    env = {**os.environ, "CONTEXT_ENGINE_LOG_LEVEL": "warning"}
+    coalesce = Settings().stream_coalesce_ms if args.coalesce_ms is None else args.coalesce_ms
+    env = {**os.environ, "CONTEXT_ENGINE_LOG_LEVEL": "warning",
+           "CONTEXT_ENGINE_STREAM_COALESCE_MS": str(coalesce)}
     procs: list[Any] = [subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port), str(args.deltas)])]
     upstream = f"http://127.0.0.1:{up_port}/v1"
     procs.append(subprocess.Popen(
@@ -117,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             except httpx.HTTPError:
                 time.sleep(0.1)
         read_stream(proxy)  # warm up
-        report = {**started, "deltas": args.deltas,
+        report = {**started, "deltas": args.deltas, "stream_coalesce_ms": coalesce,
                   "runs": [one_run(upstream, proxy) for _ in range(args.runs)]}
         emit(report, args.json)
     finally:
