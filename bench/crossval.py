@@ -1,6 +1,7 @@
 """Cross-validated tuning of ``retrieve`` on LoCoMo, split by conversation.
 
-``python3 bench/crossval.py [--ablate] [--json OUT]``
+``python3 bench/crossval.py [--ablate] [--json OUT] [--note TEXT]`` (the JSON records the command,
+date, load average at the start, minutes taken and the note)
 
 Each conversation is held out in turn (leave-one-conversation-out: 7 folds on the dev
 file). On the other conversations, a coordinate search starting from the configured
@@ -31,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from context_engine.bench.memory_eval import DEFAULT_STORE, Evaluator, Row, load_locomo, score
+from context_engine.bench.run_record import about
 
 # Option → values the search tries. The first value of each ranking part is "off".
 SPACE: dict[str, list[Any]] = {
@@ -136,8 +138,10 @@ async def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ablate", action="store_true", help="also cross-validate with each part off")
     ap.add_argument("--ablate-passes", type=int, default=1, help="coordinate-search passes per ablation")
     ap.add_argument("--json", dest="json_out", default=None, help="write the results as JSON")
+    ap.add_argument("--note", default="", help="a line on the conditions, kept in the JSON")
     args = ap.parse_args(argv)
     started = time.perf_counter()
+    run = about("python3 bench/crossval.py", sys.argv[1:] if argv is None else argv, args.note)
     ev = Evaluator(load_locomo(args.data, args.conversations), args.store, args.config)
     configured = score(await ev.rows({}))
     out: dict[str, Any] = {"configured_in_sample": {
@@ -159,9 +163,11 @@ async def main(argv: list[str] | None = None) -> int:
                                                          "by_category")}
             delta = r["kept"] - out["crossval"]["kept"]
             print(_line(f"without {part} ({delta:+d})", r), flush=True)
+    minutes = (time.perf_counter() - started) / 60
     if args.json_out:
-        _write(args.json_out, out)
-    print(f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+        _write(args.json_out, {**run, "minutes": round(minutes, 1), "min_reduction": args.min_reduction,
+                               **out})
+    print(f"{minutes:.1f} min", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,5 @@
 """The README's headline rows: each names a bench output under ``docs/results/`` and what
-to read from it (``bench/docs_tables.py`` reads the files); a row that names none was typed
+to read from it (``bench/docs_format.py`` reads the files); a row that names none was typed
 in from an earlier run and says so."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from context_engine.bench import docs_tables as t
+from context_engine.bench import docs_format as t
 
 
 def _engine(h: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

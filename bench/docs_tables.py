@@ -12,50 +12,31 @@ a blank cell: a page is never generated from a run that did not measure what it 
 - ``ab``: the same replays as an A/B test beside the report's estimate of the original.
 - ``budget``: ``python3 bench/budget_curve.py --json OUT``: the memory budget's curve.
 - ``answers``: ``context-engine eval --json OUT``: scores with and without the rules.
-- ``cold_memory``: ``python3 -m context_engine.bench.cold_memory --json OUT``.
-- ``load``: ``python3 bench/load.py --json OUT``.
+
+Latency benches' tables are in ``bench/docs_tables_latency.py``, LoCoMo's ablations and
+cross-validation in ``bench/docs_tables_locomo.py``; ``bench/docs_page.py`` joins their
+``RENDERERS``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
-ALIGN = {"left": "---", "right": "---:", "center": ":---:"}
-PRIMARY = "o200k_base"
+from context_engine.bench.docs_format import (
+    BILLS,
+    PRIMARY,
+    evidence,
+    pct,
+    read,
+    signed,
+    table,
+)
+
 DATA = {"agent_traces_dev.jsonl": "agent traces", "locomo_dev.jsonl": "LoCoMo",
         "injections_dev.jsonl": "injections", "long_traces_dev.jsonl": "long agent sessions",
         "longmemeval_dev.jsonl": "LongMemEval"}
-BILLS = ("openai", "anthropic")
-
-
-def read(name: str) -> dict[str, Any]:
-    report: dict[str, Any] = json.loads((DIR / name).read_text())
-    return report
-
-
-def table(spec: dict[str, Any]) -> str:
-    """One table as Markdown: header, alignment row, rows."""
-    def line(cells: list[Any]) -> str:
-        return "| " + " | ".join(str(c) for c in cells) + " |"
-
-    rows = [line(spec["columns"]), "|" + "|".join(ALIGN[a] for a in spec["align"]) + "|"]
-    return "\n".join(rows + [line(r) for r in spec["rows"]])
-
-
-def transcribed(spec: dict[str, Any]) -> str:
-    """A table of ``benchmarks.json``: typed in from an earlier run's printed output."""
-    return table(spec) + (f"\n\n(Transcribed from the run of {spec['date']}, not regenerated: "
-                          f"{spec['why']}.)")
-
-
-def source_line(meta: dict[str, Any], name: str, after_date: str, what: str) -> str:
-    """The line under a table read from a bench's JSON: its command, date, and the file."""
-    return (f"\n\n(`{meta.get('command', '')}`, {meta.get('date', '')}{after_date}; {what} "
-            f"`docs/results/{name}`. {meta.get('note', '')})")
 
 
 def sources(names: list[str]) -> str:
@@ -63,20 +44,6 @@ def sources(names: list[str]) -> str:
     runs = "; ".join(f"`{r['command']}`, {r['date']}: `docs/results/{n}`"
                      for n, r in ((n, read(n)) for n in names))
     return f"\n\n(Generated from the bench's own output: {runs}.)"
-
-
-def pct(x: float) -> str:
-    return f"{x * 100:.1f}%".replace("-", "−")
-
-
-def signed(x: float, unit: str) -> str:
-    """``+1.2 pt``, ``−0.3%``, ``0.0 pt``: a difference, with a real minus sign."""
-    v = round(x, 1)
-    return f"{'−' if v < 0 else '+' if v > 0 else ''}{abs(v):.1f}{unit}"
-
-
-def evidence(s: dict[str, Any]) -> str:
-    return f"{pct(s['retention'])} ({s['retained']}/{s['probes']})" if s["probes"] else "–"
 
 
 def by_kind(s: dict[str, Any]) -> str:
@@ -248,48 +215,6 @@ def answers(names: list[str]) -> str:
         f"\n\n(Generated from `{report['command']}`, {report['date']}: `docs/results/{name}`.)"
 
 
-def cold_memory(names: list[str]) -> str:
-    """The table of a ``bench/cold_memory.py --json`` output: per data file, cold and warm."""
-    (name,) = names
-    report = read(name)
-    rows = []
-    for data, result in report["files"].items():
-        for mode in ("cold", "warm"):
-            s = result["summary"][mode]
-            kinds = ", ".join(f"{k} {v}" for k, v in s["by_kind"].items())
-            rows.append([data if mode == "cold" else "", mode, f"{s['evidence']} ({s['evidence_share']:.1%})",
-                         f"{s['reduction']:.1%}", f"{s['added_ms_p50']:.0f} / {s['added_ms_p95']:.0f} ms",
-                         s["failed_open"], kinds])
-    return table({"columns": ["data", "store", "evidence", "fewer tokens", "added p50 / p95",
-                              "failed open", "by type"],
-                  "align": ["left", "left", "right", "right", "right", "right", "left"], "rows": rows}) \
-        + source_line(report, name, f", load {report.get('load', '?')}", "rows per case in")
-
-
-def load(names: list[str]) -> str:
-    """The table of a ``bench/load.py --json`` output: each phase's added latency (median
-    of rounds and every round), CPU per request, rule time before forwarding, failures."""
-    (name,) = names
-    report = read(name)
-    rows = []
-    for phase, r in report.items():
-        if phase.startswith("_") or phase == "args":
-            continue
-        med = r["added_ms_median_of_rounds"]
-        rounds = ", ".join(f"{x['p50']:.1f} / {x['p95']:.0f}" for x in r["added_ms_rounds"])
-        before = r["server_ms_before_forward"]
-        rows.append([phase, f"{med['p50']:.1f} / {med['p95']:.0f} ms", rounds,
-                     f"{r['cpu_ms_per_request']:.1f} ms",
-                     "" if before["p50"] is None else f"{before['p50']:.1f} / {before['p95']:.0f} ms",
-                     r["proxy_failures"]])
-    meta = report.get("_about", {})
-    return table({"columns": ["phase", "added p50 / p95 (median of rounds)", "per round",
-                              "proxy CPU per request", "rules before forwarding p50 / p95",
-                              "proxy failures"],
-                  "align": ["left", "right", "left", "right", "right", "right"], "rows": rows}) \
-        + source_line(meta, name, "", "the bench's own output in")
-
-
 RENDERERS: dict[str, Callable[[list[str]], str]] = {
     "single": single, "apis": apis, "replay": replay, "ab": ab, "budget": budget,
-    "answers": answers, "cold_memory": cold_memory, "load": load}
+    "answers": answers}

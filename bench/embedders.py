@@ -1,6 +1,6 @@
 """Embedders side by side on real LoCoMo turns: speed, determinism, agreement, evidence.
 
-``python3 bench/embedders.py [--texts 480] [--requests 135] [--evidence] [--limit N]``
+``python3 bench/embedders.py [--texts 480] [--requests 135] [--evidence] [--limit N] [--json OUT]``
 
 Candidates (each skipped, and said so, when its package is missing):
 - ``numpy``: all-MiniLM-L6-v2 in numpy (``embedders.MiniLMEmbedder``, the default);
@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from context_engine.bench.metrics import percentile
+from context_engine.bench.run_record import about
 from context_engine.proxy.engine.lanes import limit_blas_threads
 from context_engine.rules.retrieve.embedders import MiniLMEmbedder, minilm_dir
 
@@ -232,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evidence", action="store_true", help="also run the bench per candidate")
     parser.add_argument("--limit", type=int, default=None, help="--evidence: cases per file")
     parser.add_argument("--json", default=None, help="write the results as JSON")
+    parser.add_argument("--note", default="", help="a line on the conditions, kept in the JSON")
     args = parser.parse_args(argv)
+    started = about("python3 bench/embedders.py", sys.argv[1:] if argv is None else argv, args.note)
     limit_blas_threads(1)
     makers = candidates()
     if args.only:
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         embs[name] = make()
         load_s[name] = time.perf_counter() - start
-    result: dict[str, Any] = {"texts": len(texts), "speed": speed(embs, texts, questions, args.requests)}
+    result: dict[str, Any] = {**started, "texts": len(texts), "requests": args.requests, "speed": speed(embs, texts, questions, args.requests)}
     ref = embs["numpy"].embed(texts) if "numpy" in embs else None
     for name, emb in embs.items():
         row = result["speed"][name]

@@ -7,9 +7,10 @@ chat-completions requests go to the mock directly and to each proxy, interleaved
 over keep-alive connections. Each request resends a growing history, as agents do,
 with a new last user message. Reports p50/p95 round trips and the p50/p95 added over
 direct, for ~4k- and ~25k-token requests, and shadow's cost over passthrough. Run by
-hand; the numbers go in the README, not in tests:
+hand; ``--json OUT`` writes the report (with its command, date, load and ``--note``) that
+``docs/benchmarks.md`` is generated from:
 
-    python3 bench/overhead.py [--requests 300] [--rules fold_duplicates,tool_json,zones]
+    python3 bench/overhead.py [--requests 300] [--rules fold_duplicates,tool_json,zones] [--json OUT]
 
 ``--replicas 2`` measures something else: throughput and p50 with one and two replicas
 behind nginx, sharing Redis and PostgreSQL (``bench/replicas.py``).
@@ -34,6 +35,7 @@ import httpx
 
 from context_engine.bench.fleet import free_port, wait_up
 from context_engine.bench.metrics import percentile
+from context_engine.bench.run_record import about, emit
 from context_engine.rules import DEFAULT_RULES
 
 WORDS = ("context engine proxy tokens cache prefix summary window retrieval budget zone "
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     procs.append(start_proxy(targets["passthrough"], upstream, "", "rewrite", env))
     procs.append(start_proxy(targets["shadow"], upstream, args.rules, "shadow", env))
     procs.append(start_proxy(targets["rewrite"], upstream, args.rules, "rewrite", env))
-    results: dict[str, Any] = {"rules": args.rules, "requests": args.requests}
+    results: dict[str, Any] = {"rules": args.rules, "requests": args.requests, "runs": []}
     try:
         wait_up(f"http://127.0.0.1:{mock_port}/v1/models")
         for name, port in targets.items():
@@ -144,7 +146,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     row["shadow_over_passthrough_p50_ms"] = round(
                         statistics.median(times[(api, "shadow")])
                         - statistics.median(times[(api, "passthrough")]), 3)
-                    results[str(size) if len(apis) == 1 else f"{api} {size}"] = row
+                    results["runs"].append({"api": api, "size": size, **row})
     finally:
         for p in procs:
             p.terminate()
@@ -165,13 +167,17 @@ def main() -> None:
                         "responses, anthropic, gemini)")
     p.add_argument("--rules", default=",".join(DEFAULT_RULES),
                    help="rules of the shadow and rewrite proxies (default: the default rules)")
+    p.add_argument("--json", default=None, metavar="OUT", help="also write the report here")
+    p.add_argument("--note", default="", help="a line on the conditions, kept in the report")
     p.add_argument("--replicas", type=int, default=0,
                    help="instead: throughput and p50 with 1 and N replicas behind nginx (bench/replicas.py)")
     from context_engine.bench import replicas
 
     replicas.add_arguments(p)
     args = p.parse_args()
-    print(json.dumps(replicas.run(args) if args.replicas else run(args), indent=2))
+    started = about("python3 bench/overhead.py", sys.argv[1:], args.note)
+    report = {**started, **(replicas.run(args) if args.replicas else run(args))}
+    emit(report, args.json)
 
 
 if __name__ == "__main__":

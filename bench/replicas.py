@@ -118,4 +118,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="agent_traces", help="--replicas: cases replayed")
     for name, default in (("skip", 0), ("turns", 0)):
         p.add_argument(f"--{name}", type=int, default=default, help=argparse.SUPPRESS)
-    p.set_defaults(stream=False, no_stagger=False)
+    p.set_defaults(stream=False, no_stagger=False, tool_result_kb=0)

@@ -4,15 +4,16 @@ Starts a streaming upstream on loopback (its own process: every reply is ``--del
 one-character content events, each written on its own) and the proxy (passthrough, its
 own process). Times one streamed reply read directly and through the proxy; then,
 while a second such stream runs through the proxy, times a small non-streamed request
-from another caller. Run by hand; the numbers go in the README, not in tests:
+from another caller, and the same request with no stream running. ``--runs N`` repeats
+that N times with the same servers. Run by hand; ``--json OUT`` writes the report (with
+its command, date, load and ``--note``) that ``docs/benchmarks.md`` is generated from:
 
-    python3 bench/stream_deltas.py [--deltas 20000]
+    python3 bench/stream_deltas.py [--deltas 20000] [--runs 3] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from typing import Any
 import httpx
 
 from context_engine.bench.fleet import free_port, wait_up
+from context_engine.bench.run_record import about, emit
+from context_engine.proxy.settings import Settings
 
 UPSTREAM = r'''
 import json, sys, uvicorn
@@ -64,12 +67,45 @@ def read_stream(url: str) -> tuple[float, int]:
     return time.perf_counter() - start, events
 
 
+def one_run(upstream: str, proxy: str) -> dict[str, Any]:
+    """One stream read directly, one through the proxy, a small request from another caller
+    while a third stream runs through the proxy, and the same request with none running."""
+    direct, n_direct = read_stream(upstream)
+    through, n_through = read_stream(proxy)
+    waits: list[float] = []
+
+    def other_caller() -> None:
+        time.sleep(0.2)  # the stream is under way
+        start = time.perf_counter()
+        httpx.post(proxy + "/chat/completions", json=BODY, timeout=60)
+        waits.append(time.perf_counter() - start)
+
+    t = threading.Thread(target=other_caller)
+    t.start()
+    read_stream(proxy)
+    t.join()
+    idle_start = time.perf_counter()
+    httpx.post(proxy + "/chat/completions", json=BODY, timeout=60)
+    idle = time.perf_counter() - idle_start
+    return {"direct_s": round(direct, 3), "through_proxy_s": round(through, 3),
+            "events": [n_direct, n_through], "other_caller_during_stream_s": round(waits[0], 3),
+            "other_caller_idle_s": round(idle, 3)}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deltas", type=int, default=20_000)
+    ap.add_argument("--runs", type=int, default=1, help="measurements with the same servers")
+    ap.add_argument("--coalesce-ms", type=float, default=None,
+                    help="the proxy's stream_coalesce_ms (default: its configured default)")
+    ap.add_argument("--json", default=None, metavar="OUT", help="also write the report here")
+    ap.add_argument("--note", default="", help="a line on the conditions, kept in the report")
     args = ap.parse_args(argv)
+    started = about("python3 bench/stream_deltas.py", sys.argv[1:] if argv is None else argv, args.note)
     up_port, proxy_port = free_port(), free_port()
-    env = {**os.environ, "CONTEXT_ENGINE_LOG_LEVEL": "warning"}
+    coalesce = Settings().stream_coalesce_ms if args.coalesce_ms is None else args.coalesce_ms
+    env = {**os.environ, "CONTEXT_ENGINE_LOG_LEVEL": "warning",
+           "CONTEXT_ENGINE_STREAM_COALESCE_MS": str(coalesce)}
     procs: list[Any] = [subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up_port), str(args.deltas)])]
     upstream = f"http://127.0.0.1:{up_port}/v1"
     procs.append(subprocess.Popen(
@@ -86,27 +122,9 @@ def main(argv: list[str] | None = None) -> None:
             except httpx.HTTPError:
                 time.sleep(0.1)
         read_stream(proxy)  # warm up
-        direct, n_direct = read_stream(upstream)
-        through, n_through = read_stream(proxy)
-        waits: list[float] = []
-
-        def other_caller() -> None:
-            time.sleep(0.2)  # the stream is under way
-            start = time.perf_counter()
-            httpx.post(proxy + "/chat/completions", json=BODY, timeout=60)
-            waits.append(time.perf_counter() - start)
-
-        t = threading.Thread(target=other_caller)
-        t.start()
-        read_stream(proxy)
-        t.join()
-        idle_start = time.perf_counter()
-        httpx.post(proxy + "/chat/completions", json=BODY, timeout=60)
-        idle = time.perf_counter() - idle_start
-        print(json.dumps({"deltas": args.deltas, "direct_s": round(direct, 3),
-                          "through_proxy_s": round(through, 3), "events": [n_direct, n_through],
-                          "other_caller_during_stream_s": round(waits[0], 3),
-                          "other_caller_idle_s": round(idle, 3)}))
+        report = {**started, "deltas": args.deltas, "stream_coalesce_ms": coalesce,
+                  "runs": [one_run(upstream, proxy) for _ in range(args.runs)]}
+        emit(report, args.json)
     finally:
         for p in procs:
             p.terminate()

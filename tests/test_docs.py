@@ -151,15 +151,15 @@ NEEDED = {"single": ("reduction", "retained", "failed_open"), "apis": ("reductio
 
 
 def test_generated_tables_refuse_a_bench_output_missing_a_field(tmp_path, monkeypatch):
-    from context_engine.bench import docs_page, docs_tables
+    from context_engine.bench import docs_format, docs_page
 
     placeholders = docs_page.GENERATED.findall(docs_page.TEMPLATE.read_text())
     assert {kind for kind, _ in placeholders} >= set(NEEDED)
-    monkeypatch.setattr(docs_tables, "DIR", tmp_path)
+    monkeypatch.setattr(docs_format, "DIR", tmp_path)
     for kind, names in placeholders:
         for name in names.split(","):
             (tmp_path / name).write_text((REPO / "docs" / "results" / name).read_text())
-        docs_tables.RENDERERS[kind](names.split(","))  # as committed: renders
+        docs_page.RENDERERS[kind](names.split(","))  # as committed: renders
         for field in NEEDED.get(kind, ()):
             first = names.split(",")[0]
             report = json.loads((REPO / "docs" / "results" / first).read_text())
@@ -168,8 +168,39 @@ def test_generated_tables_refuse_a_bench_output_missing_a_field(tmp_path, monkey
             del engine[field]
             (tmp_path / first).write_text(json.dumps(report))
             with pytest.raises(KeyError):
-                docs_tables.RENDERERS[kind](names.split(","))
+                docs_page.RENDERERS[kind](names.split(","))
             (tmp_path / first).write_text((REPO / "docs" / "results" / first).read_text())
+
+
+# the other generated tables: the field deleted from the first file each renders (an int
+# is a position in a list, or the first key of a mapping)
+DROPS = {"variants": ("files", 0, "systems", "engine", "tokens_after"),
+         "crossval": ("crossval", "by_category"),
+         "overhead": ("runs", 0, "passthrough", "added_p95_ms"),
+         "replicas": ("phases", 1, "ledger_rows"),
+         "stream_deltas": ("runs", 0, "other_caller_during_stream_s"),
+         "embedders": ("speed", 0, "request_ms_p95")}
+
+
+@pytest.mark.parametrize("kind", sorted(DROPS))
+def test_generated_table_refuses_its_bench_output_missing_a_field(kind, tmp_path, monkeypatch):
+    from context_engine.bench import docs_format, docs_page
+
+    names = dict(docs_page.GENERATED.findall(docs_page.TEMPLATE.read_text()))[kind].split(",")
+    monkeypatch.setattr(docs_format, "DIR", tmp_path)
+    for name in names:
+        (tmp_path / name).write_text((REPO / "docs" / "results" / name).read_text())
+    assert docs_page.RENDERERS[kind](names).count("\n|") >= 2  # as committed: a table
+    report = json.loads((REPO / "docs" / "results" / names[0]).read_text())
+    *path, field = DROPS[kind]
+    node = report
+    for step in path:
+        node = node[step] if not isinstance(step, int) or isinstance(node, list) \
+            else node[list(node)[step]]
+    del node[field]
+    (tmp_path / names[0]).write_text(json.dumps(report))
+    with pytest.raises(KeyError):
+        docs_page.RENDERERS[kind](names)
 
 
 def test_committed_bench_outputs_name_no_machine_paths():
