@@ -9,8 +9,10 @@ other requests wait behind; the relay sends what arrived while it waited
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import MutableMapping
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -18,6 +20,7 @@ import httpx
 import pytest
 
 from context_engine.proxy.dialects.chat import CHAT
+from context_engine.proxy.transport import batching
 from context_engine.proxy.transport import relay as relay_module
 from context_engine.proxy.transport.batching import batches
 from tests.fakes import raw_upstream
@@ -144,3 +147,42 @@ def test_after_waiting_for_a_chunk_the_reader_lets_the_next_ones_gather():
     out = anyio.run(run)
     assert b"".join(out) == b"".join(b"data: %d\n\n" % i for i in range(200))
     assert waits <= 200 // 2
+
+
+def test_an_upstream_faster_than_the_waits_is_read_on(monkeypatch):
+    """A socket the reader does not read holds little (a bounded buffer: 60 chunks, ~12 KB, here),
+    and the upstream waits while it is full. An upstream that fills it during one of the
+    reader's waits streams faster than the waits let through: the reader reads on
+    instead of waiting again after each refill (it waited ~80 times for these 5,000
+    chunks; a 20,000-delta stream took 10 s under uvloop)."""
+    reader_waits = 0
+
+    async def counted_sleep(seconds: float) -> None:
+        nonlocal reader_waits
+        reader_waits += sys._getframe(1).f_code.co_name == "run"  # _Pump.run, not the writer
+        await anyio.sleep(seconds)
+
+    monkeypatch.setattr(batching, "anyio", SimpleNamespace(sleep=counted_sleep, CancelScope=anyio.CancelScope))
+
+    async def run() -> list[bytes]:
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=60)
+
+        async def produce() -> None:
+            for i in range(5000):
+                await queue.put(b"data: %04d %s\n\n" % (i, b"x" * 180))
+            await queue.put(None)
+
+        async def source():
+            while (chunk := await queue.get()) is not None:
+                if queue.empty():
+                    await anyio.sleep(0.001)  # a read of an empty socket: a loop turn and more
+                yield chunk
+
+        producer = asyncio.get_running_loop().create_task(produce())
+        out = await _collect(source())
+        await producer
+        return out
+
+    out = anyio.run(run)
+    assert b"".join(out) == b"".join(b"data: %04d %s\n\n" % (i, b"x" * 180) for i in range(5000))
+    assert reader_waits <= 2

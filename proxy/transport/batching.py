@@ -9,8 +9,10 @@ its own task) and yields what has arrived, joined; after a small batch it waits
 and a slow one (events further apart than ``wait_s``) as it comes, at most ``wait_s``
 later. The reader, too, waits ``wait_s`` after a small chunk it had to wait for: the chunks
 that come meanwhile gather in the socket's buffer and are taken in one read, not a loop
-turn each. At most ``limit`` bytes are read ahead of a slow client; past that, reading waits
-for the client. A fault of the source is raised after every chunk read before it was
+turn each; once one of those waits lets more than ``FLOWING`` bytes through, the upstream
+streams faster than the waits let it (a socket not read holds little, and the upstream
+waits while it is full), and the reader reads on. At most ``limit`` bytes are read ahead
+of a slow client; past that, reading waits for the client. A fault of the source is raised after every chunk read before it was
 yielded, as a plain loop would.
 """
 
@@ -23,6 +25,9 @@ import anyio
 
 # a chunk that took longer than this to come was not yet read: the pump had caught up
 CAUGHT_UP_S = 0.0005
+# more than this gathered during one of the reader's waits: the upstream streams faster
+# than the waits let through (a paused socket holds little), so the reader reads on
+FLOWING = 8192
 
 
 class _Pump:
@@ -41,6 +46,7 @@ class _Pump:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         chunks = aiter(self.source)
+        waits, gathered = self.wait_s > 0, -1  # bytes read since the last wait (-1: none yet)
         try:
             while True:
                 asked = loop.time()
@@ -54,10 +60,16 @@ class _Pump:
                 if self.size >= self.limit:
                     self.room.clear()
                     await self.room.wait()
-                elif len(chunk) < self.below and loop.time() - asked > CAUGHT_UP_S:
+                elif waits and len(chunk) < self.below and loop.time() - asked > CAUGHT_UP_S:
                     # a small chunk that had to be waited for: what was read is out, so let
-                    # the next ones gather in the socket's buffer and take them in one read
-                    await anyio.sleep(self.wait_s)
+                    # the next ones gather in the socket's buffer and take them in one read,
+                    # unless the last wait let more than FLOWING through: then read on
+                    waits = gathered < FLOWING
+                    if waits:
+                        await anyio.sleep(self.wait_s)
+                        gathered = 0
+                elif gathered >= 0:
+                    gathered += len(chunk)
         except Exception as exc:  # the consumer raises it once the chunks before it are out
             self.fault = exc
         finally:
