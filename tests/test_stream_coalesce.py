@@ -113,49 +113,54 @@ def test_reading_ahead_of_a_slow_client_stops_at_the_limit():
     anyio.run(run)
 
 
-def test_after_waiting_for_a_chunk_the_reader_lets_the_next_ones_gather():
-    """Each chunk the reader has to wait for is a read of the socket (a loop turn, a
-    parse); after one, the reader waits ``wait_s`` so what comes meanwhile is taken at
-    once. 200 chunks a millisecond apart: about one wait per 5 ms, not one per chunk."""
-    waits = 0
-
+def _pumped(produce, source) -> list[bytes]:
+    """What ``batches`` yields from ``source`` while ``produce`` feeds it."""
     async def run() -> list[bytes]:
-        nonlocal waits
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-        async def produce() -> None:
-            for i in range(200):
-                queue.put_nowait(b"data: %d\n\n" % i)
-                await anyio.sleep(0.001)
-            queue.put_nowait(None)
-
-        async def source():
-            nonlocal waits
-            while True:
-                if queue.empty():
-                    waits += 1
-                chunk = await queue.get()
-                if chunk is None:
-                    return
-                yield chunk
-
         producer = asyncio.get_running_loop().create_task(produce())
         out = await _collect(source())
         await producer
         return out
 
-    out = anyio.run(run)
+    return anyio.run(run)
+
+
+def test_after_waiting_for_a_chunk_the_reader_lets_the_next_ones_gather():
+    """Each chunk the reader has to wait for is a read of the socket (a loop turn, a
+    parse); after one, the reader waits ``wait_s`` so what comes meanwhile is taken at
+    once. 200 chunks a millisecond apart: about one wait per 5 ms, not one per chunk."""
+    waits = 0
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def produce() -> None:
+        for i in range(200):
+            queue.put_nowait(b"data: %d\n\n" % i)
+            await anyio.sleep(0.001)
+        queue.put_nowait(None)
+
+    async def source():
+        nonlocal waits
+        while True:
+            if queue.empty():
+                waits += 1
+            chunk = await queue.get()
+            if chunk is None:
+                return
+            yield chunk
+
+    out = _pumped(produce, source)
     assert b"".join(out) == b"".join(b"data: %d\n\n" % i for i in range(200))
     assert waits <= 200 // 2
 
 
 def test_an_upstream_faster_than_the_waits_is_read_on(monkeypatch):
-    """A socket the reader does not read holds little (a bounded buffer: 60 chunks, ~12 KB, here),
-    and the upstream waits while it is full. An upstream that fills it during one of the
-    reader's waits streams faster than the waits let through: the reader reads on
+    """A socket the reader does not read holds little (a bounded buffer here: 60 chunks,
+    ~12 KB), and the upstream waits while it is full. An upstream that fills it during one
+    of the reader's waits streams faster than the waits let through: the reader reads on
     instead of waiting again after each refill (it waited ~80 times for these 5,000
     chunks; a 20,000-delta stream took 10 s under uvloop)."""
     reader_waits = 0
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=60)
+    chunks = [b"data: %04d %s\n\n" % (i, b"x" * 180) for i in range(5000)]
 
     async def counted_sleep(seconds: float) -> None:
         nonlocal reader_waits
@@ -164,25 +169,16 @@ def test_an_upstream_faster_than_the_waits_is_read_on(monkeypatch):
 
     monkeypatch.setattr(batching, "anyio", SimpleNamespace(sleep=counted_sleep, CancelScope=anyio.CancelScope))
 
-    async def run() -> list[bytes]:
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=60)
+    async def produce() -> None:
+        for chunk in chunks:
+            await queue.put(chunk)
+        await queue.put(None)
 
-        async def produce() -> None:
-            for i in range(5000):
-                await queue.put(b"data: %04d %s\n\n" % (i, b"x" * 180))
-            await queue.put(None)
+    async def source():
+        while (chunk := await queue.get()) is not None:
+            if queue.empty():
+                await anyio.sleep(0.001)  # a read of an empty socket: a loop turn and more
+            yield chunk
 
-        async def source():
-            while (chunk := await queue.get()) is not None:
-                if queue.empty():
-                    await anyio.sleep(0.001)  # a read of an empty socket: a loop turn and more
-                yield chunk
-
-        producer = asyncio.get_running_loop().create_task(produce())
-        out = await _collect(source())
-        await producer
-        return out
-
-    out = anyio.run(run)
-    assert b"".join(out) == b"".join(b"data: %04d %s\n\n" % (i, b"x" * 180) for i in range(5000))
+    assert b"".join(_pumped(produce, source)) == b"".join(chunks)
     assert reader_waits <= 2
