@@ -8,8 +8,11 @@ What it does
 
         [context-engine:cleared] 57 lines of tool output; original: orig:1a2b3c4d5e6f
 
-    The last ``keep_recent`` results and ``keep_prose`` assistant texts stay whole;
-    system and developer messages, the task and every instruction are pinned. Between
+    The last ``keep_recent`` results and ``keep_prose`` assistant texts stay whole, and
+    so do the results on a file the agent's last ``keep_related`` turns name
+    (``related.py``); a cleared turn's tool inputs longer than ``input_chars`` keep their
+    first line and their own ``orig:`` id (``inputs.py``). System and developer
+    messages, the task and every instruction are pinned. Between
     epochs nothing changes: each request is the one before plus what the client
     appended, so the provider's cached prefix keeps hitting.
 
