@@ -48,9 +48,11 @@ class Outcome:
     def tools_sent(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         """The ``tools`` the proxy sends upstream (every API): the client's, plus
         ``context_recall`` from the session's first lossy rewrite on. Adding it changes the
-        request's first segment, so the provider's cache misses the whole prefix once."""
-        if tools and getattr(self.recall, "offer", False):
-            return [*tools, RECALL_TOOL]
+        request's first segment, so the provider's cache misses the whole prefix once. A
+        client that sent no tools gets it only where the bench offers it anyway
+        (``--recall``): then it goes out as the request's only tool, billed as such."""
+        if getattr(self.recall, "offer", False):
+            return [*(tools or []), RECALL_TOOL]
         return tools
 
 

@@ -137,6 +137,24 @@ def test_replay_bills_the_recall_tool_the_proxy_adds_after_a_lossy_rewrite():
     assert abs(tally.bills["openai"].billed - sent.billed) < 1e-12
 
 
+def test_a_tool_less_chat_offered_the_recall_tool_is_billed_for_it():
+    """``--recall`` offers context_recall to a chat that sent no tools (the question of
+    issue 26): the tool goes out as the request's only tool, and the bill counts it."""
+    from context_engine.bench.systems import parse_variant
+    from context_engine.proxy.dialects.chat.recall import TOOL
+
+    messages = [{"role": "user", "content": "Hi, I am Ann."}]
+    for i in range(40):
+        messages += [{"role": "assistant", "content": f"Noted, fact {i}: " + "detail " * 40},
+                     {"role": "user", "content": f"Fact {i + 1}: " + "more " * 40}]
+    _, settings = parse_variant("small:budget.max_input_tokens=1500", engine_settings("budget"))
+    system = build_systems(settings, kinds=("engine",))[1]
+    system.recall = True
+    out = asyncio.run(system.open("chat").rewrite(messages, None))
+    assert out.recall is not None and out.recall.offer
+    assert out.tools_sent(None) == [TOOL]
+
+
 def test_caller_scope_shares_the_provider_cache_between_sessions():
     """``--cache-scope caller``: a second session of the same agent reads the tool schemas
     and system prompt the first one wrote (the provider's cache is per organisation);
