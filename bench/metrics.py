@@ -40,7 +40,8 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
-def _decoded_arguments(message: dict[str, Any]) -> Iterator[str]:
+def decoded_arguments(message: dict[str, Any]) -> Iterator[str]:
+    """Every string inside a message's tool-call arguments (JSON decoded)."""
     for call in message.get("tool_calls") or ():
         args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
         if isinstance(args, str):
@@ -55,7 +56,7 @@ def visible_text(messages: Messages) -> str:
     parts: list[str] = []
     for m in messages:
         parts.extend(_strings(m))
-        parts.extend(_decoded_arguments(m))
+        parts.extend(decoded_arguments(m))
     return SEPARATOR.join(parts)
 
 

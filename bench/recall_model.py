@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.bench.cases import Case
-from context_engine.bench.metrics import visible_text
+from context_engine.bench.metrics import decoded_arguments, visible_text
 from context_engine.proxy.dialects.chat.recall import TOOL
 from context_engine.proxy.engine.messages import text_of
 from context_engine.proxy.engine.originals import original_id
@@ -104,7 +104,7 @@ def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
     shown = visible_text(sent)
     for k in holding:
         m = original[k]
-        texts = [text_of(m)] + [v for v in _argument_values(m) if evidence in v]
+        texts = [text_of(m)] + [v for v in decoded_arguments(m) if evidence in v]
         for oid in (original_id(t) for t in texts if t):
             if oid in shown:
                 return oid
@@ -112,18 +112,6 @@ def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
         if int(found.group(1)) <= holding[0]:
             return f"#{holding[0]}"
     return None
-
-
-def _argument_values(m: dict[str, Any]) -> list[str]:
-    """The string arguments of a message's tool calls (what ``compact`` may shorten)."""
-    out: list[str] = []
-    for call in m.get("tool_calls") or ():
-        try:
-            args = json.loads(((call or {}).get("function") or {}).get("arguments") or "")
-        except (ValueError, AttributeError):
-            continue
-        out += [v for v in args.values() if isinstance(v, str)] if isinstance(args, dict) else []
-    return out
 
 
 def _round_tokens(counter: TokenCounter, sent: list[Any], tools: list[Any], args: list[str],
