@@ -112,3 +112,59 @@ def test_a_chat_is_not_compacted_and_says_so_in_the_ledger(ups, tmp_path):
     assert json.dumps(up.requests[-1]["messages"]) == json.dumps(messages)
     context = json.loads(row["context"])
     assert context["kind"] == "chat" and "compaction" not in context
+
+
+def _marked_blocks(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(where, what) of every block carrying a cache_control, in order."""
+    out = [("system", b.get("text")) for b in body.get("system") or [] if "cache_control" in b]
+    for i, m in enumerate(body["messages"]):
+        for b in m["content"] if isinstance(m["content"], list) else []:
+            if "cache_control" in b:
+                out.append((f"{i}:{b['type']}", b.get("text") or b.get("content") or b.get("id")))
+    return out
+
+
+def _send_marked(up: Any, p: Any, messages: list[dict[str, Any]], marks: int = 2) -> dict[str, Any]:
+    """A request marked as Claude Code marks it (the system prompt and the newest block),
+    plus ``marks - 2`` more on the first tool results; the body the upstream got."""
+    messages = json.loads(json.dumps(messages))
+    messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    for m in [m for m in messages if m["role"] == "user" and isinstance(m["content"], list)][:marks - 2]:
+        m["content"][0]["cache_control"] = {"type": "ephemeral"}
+    system = [{"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}]
+    before = len(up.requests)
+    client = anthropic.Anthropic(base_url=p.url, api_key="sk-ant-test", max_retries=0)
+    kw: dict[str, Any] = {"system": system, "messages": messages, "tools": A_TOOLS}
+    client.messages.create(model="plain", max_tokens=64, **kw)
+    return up.requests[before]
+
+
+def test_a_breakpoint_marks_where_the_prefix_no_later_epoch_changes_ends(ups, tmp_path):
+    """A client with two breakpoints gets a third where the stable prefix ends, so the
+    next epoch re-writes only what it changes; before the first epoch that is the task,
+    after it the last cleared result before the first one still whole."""
+    up = ups["anthropic"]
+    with recall_proxies(up.url, tmp_path) as start:
+        p = start(rules="compact", rule_options={"compact": COMPACT})
+        first = _send_marked(up, p, anthropic_messages())
+        grown = anthropic_messages()
+        grown[-1]["content"] = grown[-1]["content"][:1]  # the question answered; one step more
+        grown += [{"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_x", "name": "bash",
+                                                     "input": {"cmd": "grep -n y m0"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x",
+                                                "content": output(99)}]}]
+        second = _send_marked(up, p, grown)
+        four = _send_marked(up, p, grown, marks=4)
+        off = start(rules="compact", rule_options={"compact": {**COMPACT, "mark_stable": False}})
+        plain = _send_marked(up, off, anthropic_messages())
+    marks = _marked_blocks(first)
+    assert len(marks) == 3 and marks[0][0] == "system" and marks[1] == ("0:text", TASK)
+    assert marks[2][0] == f"{len(first['messages']) - 1}:text"  # the newest block, as the client set it
+    marks = _marked_blocks(second)
+    assert len(marks) == 3 and marks[1][0].endswith(":tool_result")
+    at = int(marks[1][0].split(":")[0])
+    assert "[context-engine:cleared]" in json.dumps(second["messages"][at])  # cleared: it stays so
+    later = json.dumps(second["messages"][at + 1:])
+    assert output(STEPS - 1).replace("\n", "\\n") in later  # the first result still whole comes after it
+    assert len(_marked_blocks(four)) == 4  # never past the provider's 4
+    assert len(_marked_blocks(plain)) == 2  # mark_stable: false

@@ -14,6 +14,12 @@ whose content is a string (a marker then sits on the message). After the rules r
   client set (so never more than 4 when the client kept the limit) and none is added
   where the client had none. Tool definitions are never touched.
 
+``mark_stable`` (compact's ``mark_stable``): where a rule reports the end of the prefix
+no later rewrite of the session changes (``RequestContext.stable_end``) and the client
+set 1-3 markers, one more goes on that message's last block, with the value of the
+client's next marker after it (so a longer ``ttl`` never follows a shorter one): a later
+epoch then re-writes only what it changed, not everything after the system prompt.
+
 A message is *kept* when the rewrite holds an equal message (markers aside), matched in
 order. ``auto_breakpoints`` (off by default): where the client set no marker at all,
 one goes on the last system message and one on the last message of the closed blocks
@@ -31,6 +37,7 @@ from context_engine.proxy.engine.messages import closed_prefix_end, is_instructi
 from context_engine.proxy.engine.prefix import MARK, digest, has_mark
 
 AUTO_MARK = {"type": "ephemeral"}
+MAX_MARKS = 4  # a provider's limit (Anthropic: a 400 past it)
 AUTO_BLOCKS = (4, 4)  # (window, block) of the closed blocks when no rule offers ``ClosedBlocks``
 Spot = tuple[int, int]  # (message index, part index; -1 = the message itself;
 #                         -2 = string content turned into one marked text part)
@@ -195,6 +202,36 @@ def restore(original: list[Any], rewritten: list[Any], auto: bool = False,
         out[k] = _place(m, spots)
         changed = True
     return (out if changed else rewritten), moves
+
+
+def mark_stable(messages: list[Any], end: bytes) -> list[Any]:
+    """``messages`` with a marker on the last message whose digest is ``end``, or the
+    nearest one before it that can carry one as every API writes it (a tool result, or
+    text); the same list when that one already has a marker, none matches, or the client
+    set none or four already."""
+    marked = [k for k, m in enumerate(messages) if has_mark(m)]
+    at = next((k for k in range(len(messages) - 1, -1, -1)
+               if isinstance(messages[k], dict) and digest(messages[k]) == end), None)
+    while at is not None and at >= 0 and not _markable(messages[at]):
+        at -= 1
+    if at is None or at < 0 or at in marked or not marked or len(marked) >= MAX_MARKS:
+        return messages
+    after = [k for k in marked if k > at] or marked[::-1]
+    value = _marks(messages[after[0]])[-1][1]
+    m = messages[at]
+    spot = _last_spot(at, m, as_part=m.get("role") != "tool")  # a tool result's sits on it
+    out = list(messages)
+    out[at] = _place(m, {**_spots_of(m), spot[1]: value})
+    return out
+
+
+def _markable(m: Any) -> bool:
+    if not isinstance(m, dict):
+        return False
+    content = m.get("content")
+    return m.get("role") == "tool" or isinstance(content, str) or (
+        isinstance(content, list) and bool(content)
+        and all(isinstance(p, dict) and p.get("type") == "text" for p in content))
 
 
 def _auto(messages: list[Any], window: int, block: int) -> dict[Spot, Any]:

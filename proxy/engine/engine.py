@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from context_engine.proxy.engine import profiles
-from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, restore
+from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, mark_stable, restore
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import (
     Embedder,
@@ -258,6 +258,8 @@ class Engine:
         if (result.changed or auto) and not result.failed_open:
             sent = result.ctx.messages if result.changed else list(result.ctx.messages)
             marked, _ = restore(body["messages"], sent, auto, *(self.blocks.get(name) or AUTO_BLOCKS))
+            if result.ctx.stable_end is not None:
+                marked = mark_stable(marked, result.ctx.stable_end)
             if marked is not sent:
                 result.ctx = result.ctx.replace(messages=marked)
         state = apply_recall(self.settings.recall, self.store, body["messages"], result, counter,

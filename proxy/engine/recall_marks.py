@@ -111,13 +111,14 @@ def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: in
     client = _ClientIds(original)
     for i, m in enumerate(sent):
         content = m.get("content") if isinstance(m, dict) else None
-        if not isinstance(content, str) or "orig:" not in content:
+        text = _text(content)
+        if text is None or "orig:" not in text:
             continue
         before = original[matched[i]] if i in matched else None
-        if before is not None and before.get("content") == content:
+        if before is not None and _text(before.get("content")) == text:
             continue  # the client's own text
         known = set(REFERENCE.findall(text_of(before))) if before is not None else set()
-        found = [h for h in REFERENCE.findall(content) if h not in known and client.emitted(h)]
+        found = [h for h in REFERENCE.findall(text) if h not in known and client.emitted(h)]
         if not found:
             continue
         ids += ["orig:" + h for h in found if "orig:" + h not in ids]
@@ -154,7 +155,21 @@ class _ClientIds:
         return digest in self._held
 
 
-def _suffixed(content: str, found: set[str], suffix: str) -> str:
+def _text(content: Any) -> str | None:
+    """String content, or the text of content parts that are all text (a part carrying
+    a cache breakpoint); None for anything else."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return "".join(p["text"] for p in content)
+    return None
+
+
+def _suffixed(content: Any, found: set[str], suffix: str) -> Any:
+    """``content`` (as ``_text`` reads it) with ``suffix`` after each id in ``found``."""
+    if isinstance(content, list):
+        return [{**p, "text": _suffixed(p["text"], found, suffix)} for p in content]
     return REFERENCE.sub(lambda g: g.group(0) + suffix if g.group(1) in found else g.group(0), content)
 
 

@@ -25,6 +25,7 @@ class CompactConfig:
     horizon: float = option(1.0, "expected remaining requests = this times the requests so far (the planner's guess at the session's length)")
     min_horizon: int = option(4, "expected remaining requests at least")
     max_horizon: int = option(100, "expected remaining requests at most")
+    mark_stable: bool = option(True, "where the client set 1-3 cache breakpoints of its own (Anthropic), one more goes where the prefix no later epoch changes ends, so an epoch re-writes only what it changed (false: the client's breakpoints only)")
     cache_ttl: float = option(300.0, "seconds after which the provider's cache is taken as cold: the next request compacts at no miss cost (0 = never)")
     assumed_cache_read: float = option(0.1, "cached-read price over the input price for models litellm's map does not know")
     assumed_cache_write: float = option(1.0, "cache-write price over the input price for models the map does not know (Anthropic: 1.25)")

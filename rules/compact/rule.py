@@ -29,6 +29,12 @@ Example
     → at an epoch: [system, task, (call ls, "[context-engine:cleared] orig:1a2b… :
     src/app.py:88 | …"), …, (call grep, result whole: one of the last keep_recent)]
 
+Breakpoints
+    Where the client set 1-3 cache breakpoints (Anthropic), ``mark_stable`` reports the
+    end of the prefix no later epoch changes (``RequestContext.stable_end``) and the
+    engine marks it (``proxy/engine/breakpoints.py``): an epoch then misses only from
+    what it changed, not from the system prompt on.
+
 Determinism
     What every epoch cleared is committed to the store (``epochs.py``); the rewrite is a
     function of the request and that state, so replicas and restarts send the same bytes.
@@ -53,6 +59,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from context_engine.proxy.billing.cache_model import MAX_BREAKPOINTS
 from context_engine.proxy.engine.context import Compaction, RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.messages import (
@@ -62,6 +69,7 @@ from context_engine.proxy.engine.messages import (
     text_of,
 )
 from context_engine.proxy.engine.originals import keep_original, original_id
+from context_engine.proxy.engine.prefix import MARK, digest, has_mark
 from context_engine.proxy.engine.sessions import AGENT, observations, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
@@ -167,7 +175,9 @@ class Compact:
         counter = TokenCounter(ctx.encoding)
         prices = Prices.of(ctx.model, self.config)
         current = self._cleared(list(ctx.messages), original, line.cleared, counter)
-        epoch = self._epoch(ctx, original, line, current, counter, prices, cold)
+        marked = self._marks_stable(ctx)
+        stable = self._stable_end(original, line.cleared, agent, counter) if marked else None
+        epoch = self._epoch(ctx, original, line, current, counter, prices, cold, marked)
         line.seen = now
         fired = epoch is not None
         if epoch is not None and not commit(store, session, line):
@@ -185,12 +195,14 @@ class Compact:
         figures = self._figures(line, fired, agent, prices.assumed)
         if not line.cleared:
             return ctx.replace(compaction=figures)
-        return ctx.replace(messages=current, compaction=figures).with_note(
+        at = {id(m): j for j, m in enumerate(ctx.messages)}.get(id(original[stable])) if stable is not None else None
+        return ctx.replace(messages=current, compaction=figures,
+                           stable_end=digest(current[at]) if at is not None else None).with_note(
             self.name, {"epoch": line.epoch, "cleared": len(line.cleared), "fired": fired})
 
     def _epoch(self, ctx: RequestContext, original: list[Any], line: Line, current: list[Any],
-               counter: TokenCounter, prices: Prices,
-               cold: bool) -> tuple[list[int], list[Any]] | None:
+               counter: TokenCounter, prices: Prices, cold: bool,
+               marked: bool) -> tuple[list[int], list[Any]] | None:
         """Fire an epoch on ``line`` when it pays (in place): the client indices it cleared
         and the messages as they now go out."""
         tokens = counter.messages(current)
@@ -204,8 +216,9 @@ class Compact:
         after = self._cleared(list(ctx.messages), original, ids, counter)
         cleared = tokens - counter.messages(after)
         # the first epoch also adds context_recall to the tools (before every message): the
-        # whole request is new; on Anthropic all after the system prompt's breakpoint is
-        first = 0 if not line.epochs else system_prefix_len(after) if prices.breakpoints \
+        # whole request is new; on Anthropic all after the system prompt's breakpoint is,
+        # unless the end of the stable prefix carries one (``mark_stable``)
+        first = 0 if not line.epochs else system_prefix_len(after) if prices.breakpoints and not marked \
             else min((j for j, (a, b) in enumerate(zip(current, after)) if a is not b),
                      default=len(after))
         after_first = counter.messages(after[first:])
@@ -219,6 +232,34 @@ class Compact:
         line.epochs.append(Epoch(line.epoch + 1, len(original), len(new), cleared,
                                  round(p.miss, 1), round(p.save, 1), p.reason))
         return new, after
+
+    def _marks_stable(self, ctx: RequestContext) -> bool:
+        """Whether the end of the stable prefix gets a breakpoint: ``mark_stable`` and
+        the client set 1-3 of its own (on messages and tools), so one more stays within
+        the provider's 4."""
+        if not self.config.mark_stable:
+            return False
+        marks = sum(has_mark(t) for t in ctx.tools or [])
+        for m in ctx.original if ctx.original is not None else ctx.messages:
+            if isinstance(m, dict):
+                content = m.get("content")
+                marks += int(MARK in m) + (sum(isinstance(p, dict) and MARK in p for p in content)
+                                           if isinstance(content, list) else 0)
+        return 0 < marks < MAX_BREAKPOINTS
+
+    def _stable_end(self, original: list[Any], cleared: dict[int, str], agent: bool,
+                    counter: TokenCounter) -> int | None:
+        """Client index of the last message no later epoch changes, given what is
+        cleared so far: the one before the first result or assistant turn an epoch could
+        still clear (keeping and pins aside). None when that is the newest message."""
+        pins = set(pinned(original, agent))
+        seen = observations(original)
+        for i, m in enumerate(original):
+            if i in cleared or i in pins or not isinstance(m, dict):
+                continue
+            if (m.get("role") in ("tool", "assistant") or i in seen) and self._clear(m, counter) is not None:
+                return i - 1 if 0 < i < len(original) else None
+        return None
 
     def _figures(self, line: Line, fired: bool, agent: bool, assumed: bool) -> Compaction:
         last = line.epochs[-1] if line.epochs else None
