@@ -152,6 +152,8 @@ def run_once(agent: str, steps: int, proxied: bool, root: Path, lowered: bool = 
         upstream = _tokens(agent, r.body)
         requests.append({"index": i, "compaction": _is_compaction(r.body), "sent_bytes": len(r.body),
                          "rejected": 0 < window < upstream,
+                         "breakpoints": r.body.count(b'"cache_control"'),
+                         "cleared": b"[context-engine:cleared]" in r.body,
                          "usage_input_tokens": upstream,
                          "client_tokens": client[i] if i < len(client) else upstream})
     return {"agent": agent, "proxied": proxied, "exit": done.returncode, "seconds": round(seconds, 1),

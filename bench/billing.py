@@ -224,6 +224,7 @@ class BillTotals:
     report_original: float = 0.0
     report_actual: float = 0.0
     requests: int = 0
+    worst: tuple[float, str] | None = None  # the session billed highest against its direct bill
 
     def add(self, case: CaseBill) -> None:
         self.direct += case.direct
@@ -231,6 +232,8 @@ class BillTotals:
         self.report_original += case.report_original
         self.report_actual += case.report_actual
         self.requests += case.requests
+        if case.direct > 0 and (self.worst is None or case.billed / case.direct > self.worst[0]):
+            self.worst = (case.billed / case.direct, case.session)
 
     def summary(self) -> dict[str, Any]:
         harness = 1 - self.billed / self.direct if self.direct else None
@@ -244,7 +247,9 @@ class BillTotals:
                 "cost_vs_direct": None if harness is None else round(1 - harness, 4),
                 "harness_saving": None if harness is None else round(harness, 4),
                 "report_saving": None if report is None else round(report, 4),
-                "gap_points": gap, "direct_usd": round(self.direct, 4), "billed_usd": round(self.billed, 4)}
+                "gap_points": gap, "direct_usd": round(self.direct, 4), "billed_usd": round(self.billed, 4),
+                "worst_session": None if self.worst is None else
+                {"case": self.worst[1], "cost_vs_direct": round(self.worst[0], 4)}}
 
 
 async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any,

@@ -123,9 +123,12 @@ def apis(names: list[str]) -> str:
 
 
 def billed(s: dict[str, Any], kind: str) -> str:
-    """Cost vs direct under one provider's cache, and the report's saving minus the bill's."""
+    """Cost vs direct under one provider's cache, the report's saving minus the bill's, and
+    the session billed highest against its own direct bill (runs that record it)."""
     b = s["replay"]["billing"][kind]
-    return f"{b['cost_vs_direct']:.3f}× ({signed(b['gap_points'], ' pt')})"
+    worst = b.get("worst_session")
+    most = f"; worst session {worst['cost_vs_direct']:.2f}×" if worst else ""
+    return f"{b['cost_vs_direct']:.3f}× ({signed(b['gap_points'], ' pt')}{most})"
 
 
 def replay(names: list[str]) -> str:
@@ -140,8 +143,8 @@ def replay(names: list[str]) -> str:
 
     return table({"columns": ["data", "system", "cache shared by", "tokens sent",
                               "requests extending the previous one", "cost vs none",
-                              "billed vs direct, OpenAI (report − bill)",
-                              "billed vs direct, Anthropic (report − bill)", "evidence visible"],
+                              "billed vs direct, OpenAI (report − bill; worst session)",
+                              "billed vs direct, Anthropic (report − bill; worst session)", "evidence visible"],
                   "align": ["left", "left", "left", "right", "right", "right", "right", "right",
                             "right"],
                   "rows": _rows(names, cells)}) + sources(names)

@@ -35,3 +35,21 @@ def test_claude_code_compacts_through_the_proxy_where_it_would_direct(tmp_path):
     assert [q["index"] for q in proxied["requests"] if q["rejected"]] == rejected
     # what the agent holds stays what it holds direct (without as_sent: twice as much by the end)
     assert proxied["max_client_tokens"] <= direct["max_client_tokens"] * 1.02
+
+
+@pytest.mark.skipif(shutil.which("claude") is None,
+                    reason="Claude Code not installed (npm i -g @anthropic-ai/claude-code)")
+def test_claude_code_takes_the_breakpoint_compact_adds_where_its_prefix_stays(tmp_path):
+    """Claude Code marks its two system blocks and the newest message (3 of Anthropic's
+    4). After an epoch, ``compact.mark_stable`` adds the fourth where the stable prefix
+    ends; the mock refuses what Anthropic refuses (more than 4, a 1-hour mark after a
+    5-minute one), and the agent finishes its task."""
+    config = tmp_path / "config.yaml"
+    config.write_text("rule_options:\n  compact: {trigger_tokens: 2000, clear_at_least: 200, min_horizon: 100,"
+                      " keep_recent: 1, keep_prose: 1, min_item_tokens: 10}\n")
+    run = run_once("claude", 8, True, tmp_path / "run", lowered=False, config=str(config))
+    assert run["exit"] == 0 and run["finished"], run["tail"]
+    before = [q["breakpoints"] for q in run["requests"] if not q["cleared"]]
+    after = [q["breakpoints"] for q in run["requests"] if q["cleared"]]
+    assert before and set(before) == {3}  # the agent's own
+    assert after and set(after) == {4}  # one more, never past the limit

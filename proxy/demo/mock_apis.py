@@ -85,6 +85,30 @@ def too_long(api: str, prompt: int, limit: int) -> dict[str, Any]:
                       "param": "input", "code": "context_length_exceeded"}}
 
 
+def bad_breakpoints(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The 400 body Anthropic sends for more than 4 ``cache_control`` blocks, or for a
+    1-hour one after a 5-minute one (tools, then system, then messages); None if valid."""
+    ttls: list[str] = []
+
+    def walk(blocks: Any) -> None:
+        for b in blocks if isinstance(blocks, list) else []:
+            if isinstance(b, dict):
+                if isinstance(b.get("cache_control"), dict):
+                    ttls.append(str(b["cache_control"].get("ttl", "5m")))
+                walk(b.get("content"))
+
+    walk(body.get("tools"))
+    walk(body.get("system"))
+    for m in body.get("messages") or []:
+        walk(m.get("content") if isinstance(m, dict) else None)
+    message = None
+    if len(ttls) > 4:
+        message = f"A maximum of 4 blocks with cache_control may be provided. Found {len(ttls)}."
+    elif any(t == "1h" and "5m" in ttls[:i] for i, t in enumerate(ttls)):
+        message = "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message}} if message else None
+
+
 # --- Responses ----------------------------------------------------------------------
 
 

@@ -233,6 +233,9 @@ def build_mock_app(state: MockState) -> Starlette:
         prompt, cached = _prompt_tokens(state, body, neutral, system + list(body.get("messages") or []))
         if 0 < state.max_input_tokens < prompt:
             return JSONResponse(mock_apis.too_long("anthropic", prompt, state.max_input_tokens), 400)
+        refused = mock_apis.bad_breakpoints(body)
+        if refused is not None:
+            return JSONResponse(refused, 400)
         reply = _next_reply(state, "anthropic", body.get("tools") or [], neutral)
         usage = mock_apis.anthropic_usage(*_told(state, prompt, cached), b'"cache_control"' in raw,
                                           mock_apis.asks_compaction(body))

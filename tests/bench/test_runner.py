@@ -190,3 +190,16 @@ def test_one_request_per_case_opens_a_session_per_system():
 
     _single([Recording("a", none), Recording("b", none)])
     assert len(set(opened)) == 2 and all("t/1" in s for s in opened)
+
+
+def test_the_bill_names_the_session_billed_highest_against_its_direct_bill():
+    from context_engine.bench.billing import BillTotals, CaseBill
+
+    totals = BillTotals()
+    for name, direct, billed in (("a", 10.0, 6.0), ("b", 4.0, 4.4), ("c", 0.0, 0.0)):
+        case = CaseBill("openai", name)
+        case.direct, case.billed = direct, billed
+        totals.add(case)
+    out = totals.summary()
+    assert out["worst_session"] == {"case": "b", "cost_vs_direct": 1.1}
+    assert out["cost_vs_direct"] == round(10.4 / 14.0, 4)
