@@ -281,18 +281,18 @@ def test_the_stable_prefix_end_gets_a_marker_of_the_clients_kind_within_the_limi
                        {"role": "tool", "tool_call_id": "c1", "content": "[context-engine:cleared] orig:0123456789ab"},
                        {"role": "assistant", "content": None, "tool_calls": [{"id": "c2"}]},
                        {"role": "tool", "tool_call_id": "c2", "content": "whole", MARK: hour}]
-    out = mark_stable(msgs, digest(msgs[4]))  # a bare tool call: the result before it carries it
+    out = mark_stable(msgs, (4, digest(msgs[4])))  # a bare tool call: the result before it carries it
     assert out[3][MARK] == hour and out[:3] == msgs[:3] and out[4:] == msgs[4:]
-    out = mark_stable(msgs, digest(msgs[1]))  # text: as a text part, with the next marker's ttl
+    out = mark_stable(msgs, (0, digest(msgs[1])))  # text: as a text part, with the next marker's ttl
     assert out[1]["content"] == [{"type": "text", "text": "the task", MARK: hour}]
-    assert mark_stable(msgs, digest({"role": "user", "content": "gone"})) is msgs  # no such message
-    assert mark_stable(msgs, digest(msgs[0])) is msgs  # already marked
+    assert mark_stable(msgs, (1, digest({"role": "user", "content": "gone"}))) is msgs  # no such message
+    assert mark_stable(msgs, (0, digest(msgs[0]))) is msgs  # already marked
     bare = [{k: v for k, v in m.items() if k != MARK} for m in msgs]
-    assert mark_stable(bare, digest(bare[1])) is bare  # the client set none: auto_breakpoints' case
+    assert mark_stable(bare, (1, digest(bare[1]))) is bare  # the client set none: auto_breakpoints' case
     full = [{**m, MARK: CC} if m["role"] != "system" and i < 4 else m for i, m in enumerate(msgs)]
-    assert mark_stable(full, digest(full[4])) is full  # four set already
+    assert mark_stable(full, (4, digest(full[4]))) is full  # four set already
     # the recall suffix still reaches a placeholder whose text became a marked part
-    parted = mark_stable(msgs, digest(msgs[4]))
+    parted = mark_stable(msgs, (4, digest(msgs[4])))
     parted[3] = {**parted[3], "content": [{"type": "text", "text": parted[3]["content"], MARK: CC}]}
     client = [*msgs[:3], {"role": "tool", "tool_call_id": "c1", "content": "the original"}, *msgs[4:]]
     sent = mark(client, parted, True, 0).messages[3]["content"]

@@ -204,17 +204,21 @@ def restore(original: list[Any], rewritten: list[Any], auto: bool = False,
     return (out if changed else rewritten), moves
 
 
-def mark_stable(messages: list[Any], end: bytes) -> list[Any]:
-    """``messages`` with a marker on the last message whose digest is ``end``, or the
-    nearest one before it that can carry one as every API writes it (a tool result, or
-    text); the same list when that one already has a marker, none matches, or the client
-    set none or four already."""
+def mark_stable(messages: list[Any], end: tuple[int, bytes]) -> list[Any]:
+    """``messages`` with a marker on the message whose digest is ``end[1]`` (at index
+    ``end[0]``, else the last such), or the nearest one before it that can carry one as
+    every API writes it (a tool result, or text); the same list when that one already has
+    a marker, none matches, or the client set none or four already."""
     marked = [k for k, m in enumerate(messages) if has_mark(m)]
-    at = next((k for k in range(len(messages) - 1, -1, -1)
-               if isinstance(messages[k], dict) and digest(messages[k]) == end), None)
+    if not marked or len(marked) >= MAX_MARKS:
+        return messages
+    hint, want = end
+    at = hint if 0 <= hint < len(messages) and digest(messages[hint]) == want else next(
+        (k for k in range(len(messages) - 1, -1, -1)
+         if isinstance(messages[k], dict) and digest(messages[k]) == want), None)
     while at is not None and at >= 0 and not _markable(messages[at]):
         at -= 1
-    if at is None or at < 0 or at in marked or not marked or len(marked) >= MAX_MARKS:
+    if at is None or at < 0 or at in marked:
         return messages
     after = [k for k in marked if k > at] or marked[::-1]
     value = _marks(messages[after[0]])[-1][1]

@@ -101,10 +101,10 @@ class RequestContext:
     # The client's agent tag (``context-engine run``, or the X-Context-Engine-Agent header):
     # budget sends a Claude Code request over the window as it came (its compaction signal).
     agent: str = ""
-    # The digest of the last message of the prefix no later rewrite of the session
-    # changes (compact's epochs): the engine puts a cache breakpoint on it
+    # The index and digest of the last message of the prefix no later rewrite of the
+    # session changes (compact's epochs): the engine puts a cache breakpoint on it
     # (``proxy/engine/breakpoints.py``, ``mark_stable``).
-    stable_end: bytes | None = None
+    stable_end: tuple[int, bytes] | None = None
 
     def replace(self, **changes: Any) -> RequestContext:
         return dataclasses.replace(self, **changes)

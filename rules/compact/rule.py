@@ -197,7 +197,7 @@ class Compact:
             return ctx.replace(compaction=figures)
         at = {id(m): j for j, m in enumerate(ctx.messages)}.get(id(original[stable])) if stable is not None else None
         return ctx.replace(messages=current, compaction=figures,
-                           stable_end=digest(current[at]) if at is not None else None).with_note(
+                           stable_end=(at, digest(current[at])) if at is not None else None).with_note(
             self.name, {"epoch": line.epoch, "cleared": len(line.cleared), "fired": fired})
 
     def _epoch(self, ctx: RequestContext, original: list[Any], line: Line, current: list[Any],
