@@ -12,7 +12,7 @@ SESSIONS = ("agent", "all")
 @dataclass(frozen=True)
 class CompactConfig:
     sessions: str = option("agent", "agent: plan only agent sessions (tool calls or text-action observations); all: chats too")
-    trigger_tokens: int = option(8000, "an epoch may fire once the request as it would be sent holds this many tokens")
+    trigger_tokens: int = option(12000, "an epoch may fire once the request as it would be sent holds this many tokens")
     trigger_share: float = option(0.0, "…or this share of the model's input window, when larger than 0 and the window is known (the lower of the two)")
     keep_recent: int = option(3, "the last results (tool results, observations) always kept whole")
     keep_prose: int = option(3, "the last assistant turns whose text is always kept whole (prose: on)")
