@@ -291,6 +291,10 @@ def test_the_stable_prefix_end_gets_a_marker_of_the_clients_kind_within_the_limi
     assert mark_stable(bare, (1, digest(bare[1]))) is bare  # the client set none: auto_breakpoints' case
     full = [{**m, MARK: CC} if m["role"] != "system" and i < 4 else m for i, m in enumerate(msgs)]
     assert mark_stable(full, (4, digest(full[4]))) is full  # four set already
+    two = {"role": "system", "content": [{"type": "text", "text": "a", MARK: hour},
+                                         {"type": "text", "text": "b", MARK: hour}]}
+    three = [two, *msgs[1:3], {**msgs[3], MARK: hour}, *msgs[4:]]
+    assert mark_stable(three, (1, digest(three[1]))) is three  # four in three messages
     # the recall suffix still reaches a placeholder whose text became a marked part
     parted = mark_stable(msgs, (4, digest(msgs[4])))
     parted[3] = {**parted[3], "content": [{"type": "text", "text": parted[3]["content"], MARK: CC}]}

@@ -208,9 +208,10 @@ def mark_stable(messages: list[Any], end: tuple[int, bytes]) -> list[Any]:
     """``messages`` with a marker on the message whose digest is ``end[1]`` (at index
     ``end[0]``, else the last such), or the nearest one before it that can carry one as
     every API writes it (a tool result, or text); the same list when that one already has
-    a marker, none matches, or the client set none or four already."""
+    a marker, none matches, or the messages hold none or four already (the tools' the
+    caller counts: ``compact`` asks for a marker only below four in all)."""
     marked = [k for k, m in enumerate(messages) if has_mark(m)]
-    if not marked or len(marked) >= MAX_MARKS:
+    if not marked or sum(len(_marks(messages[k])) for k in marked) >= MAX_MARKS:
         return messages
     hint, want = end
     at = hint if 0 <= hint < len(messages) and digest(messages[hint]) == want else next(
