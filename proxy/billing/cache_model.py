@@ -21,12 +21,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from context_engine.proxy.engine.prefix import Signature
+from context_engine.proxy.engine.prefix import MAX_BREAKPOINTS, Signature
 
 OPENAI_MIN, OPENAI_STEP = 1024, 128
 ANTHROPIC_MIN, ANTHROPIC_MIN_HAIKU = 1024, 2048
 LOOKBACK = 20
-MAX_BREAKPOINTS = 4
 TTL = {"openai": 600.0, "anthropic": 300.0}  # seconds an unused entry lives
 MODELS = ("openai", "anthropic")
 

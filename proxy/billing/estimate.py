@@ -41,6 +41,7 @@ from context_engine.proxy.billing.cache_model import PrefixCache
 from context_engine.proxy.billing.pricing import price_for
 from context_engine.proxy.engine.prefix import (
     MARK,
+    MAX_BREAKPOINTS,
     SegmentCache,
     Signature,
     digest,
@@ -84,7 +85,7 @@ def input_notes(messages: list[Any], tools: list[Any] | None) -> list[str]:
                 marks += 1
                 if part.get("type") not in KNOWN_PARTS:
                     notes.append(f"cache_control on a {str(part.get('type'))[:40]!r} part")
-    if marks > cache_model.MAX_BREAKPOINTS:
+    if marks > MAX_BREAKPOINTS:
         notes.append(f"{marks} cache_control breakpoints from the client (providers allow 4)")
     return notes
 

@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.messages import closed_prefix_end, is_instruction
-from context_engine.proxy.engine.prefix import MARK, digest, has_mark
+from context_engine.proxy.engine.prefix import MARK, MAX_BREAKPOINTS, digest, has_mark, mark_count
 
 AUTO_MARK = {"type": "ephemeral"}
-MAX_MARKS = 4  # a provider's limit (Anthropic: a 400 past it)
 AUTO_BLOCKS = (4, 4)  # (window, block) of the closed blocks when no rule offers ``ClosedBlocks``
 Spot = tuple[int, int]  # (message index, part index; -1 = the message itself;
 #                         -2 = string content turned into one marked text part)
@@ -211,7 +210,7 @@ def mark_stable(messages: list[Any], end: tuple[int, bytes]) -> list[Any]:
     a marker, none matches, or the messages hold none or four already (the tools' the
     caller counts: ``compact`` asks for a marker only below four in all)."""
     marked = [k for k, m in enumerate(messages) if has_mark(m)]
-    if not marked or sum(len(_marks(messages[k])) for k in marked) >= MAX_MARKS:
+    if not marked or mark_count(messages) >= MAX_BREAKPOINTS:
         return messages
     hint, want = end
     at = hint if 0 <= hint < len(messages) and digest(messages[hint]) == want else next(

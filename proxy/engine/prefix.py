@@ -23,6 +23,7 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.memo import BoundedCache
 
 MARK = "cache_control"
+MAX_BREAKPOINTS = 4  # a provider's limit (Anthropic: a 400 past it)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,17 @@ def strip_marks(value: Any) -> Any:
     if isinstance(value, list):
         return [strip_marks(v) for v in value]
     return value
+
+
+def mark_count(items: Any) -> int:
+    """The cache_control markers on messages (or tool entries), on themselves or a part."""
+    n = 0
+    for m in items:
+        if isinstance(m, dict):
+            content = m.get("content")
+            n += (MARK in m) + (sum(isinstance(p, dict) and MARK in p for p in content)
+                                if isinstance(content, list) else 0)
+    return n
 
 
 def has_mark(message: Any) -> bool:

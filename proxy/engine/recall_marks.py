@@ -111,11 +111,11 @@ def mark(original: list[Any], sent: list[Any], tools_on: bool, min_gap_chars: in
     client = _ClientIds(original)
     for i, m in enumerate(sent):
         content = m.get("content") if isinstance(m, dict) else None
-        text = _text(content)
+        text = _text(m) if isinstance(m, dict) else None
         if text is None or "orig:" not in text:
             continue
         before = original[matched[i]] if i in matched else None
-        if before is not None and _text(before.get("content")) == text:
+        if before is not None and _text(before) == text:
             continue  # the client's own text
         known = set(REFERENCE.findall(text_of(before))) if before is not None else set()
         found = [h for h in REFERENCE.findall(text) if h not in known and client.emitted(h)]
@@ -155,14 +155,13 @@ class _ClientIds:
         return digest in self._held
 
 
-def _text(content: Any) -> str | None:
-    """String content, or the text of content parts that are all text (a part carrying
-    a cache breakpoint); None for anything else."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and content and all(
-            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
+def _text(m: dict[str, Any]) -> str | None:
+    """The text of string content, or of content parts that are all text (a part carrying
+    a cache breakpoint); None for anything else (``_suffixed`` rewrites these two)."""
+    content = m.get("content")
+    if isinstance(content, str) or (isinstance(content, list) and content and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content)):
+        return text_of(m)
     return None
 
 

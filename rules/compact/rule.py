@@ -59,7 +59,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from context_engine.proxy.billing.cache_model import MAX_BREAKPOINTS
 from context_engine.proxy.engine.context import Compaction, RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.messages import (
@@ -69,7 +68,7 @@ from context_engine.proxy.engine.messages import (
     text_of,
 )
 from context_engine.proxy.engine.originals import keep_original, original_id
-from context_engine.proxy.engine.prefix import MARK, digest, has_mark
+from context_engine.proxy.engine.prefix import MAX_BREAKPOINTS, digest, mark_count
 from context_engine.proxy.engine.sessions import AGENT, observations, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
@@ -195,7 +194,8 @@ class Compact:
         figures = self._figures(line, fired, agent, prices.assumed)
         if not line.cleared:
             return ctx.replace(compaction=figures)
-        at = {id(m): j for j, m in enumerate(ctx.messages)}.get(id(original[stable])) if stable is not None else None
+        at = None if stable is None else stable if stable < len(ctx.messages) and ctx.messages[stable] is original[stable] \
+            else next((j for j, m in enumerate(ctx.messages) if m is original[stable]), None)
         return ctx.replace(messages=current, compaction=figures,
                            stable_end=(at, digest(current[at])) if at is not None else None).with_note(
             self.name, {"epoch": line.epoch, "cleared": len(line.cleared), "fired": fired})
@@ -239,12 +239,7 @@ class Compact:
         the provider's 4."""
         if not self.config.mark_stable:
             return False
-        marks = sum(has_mark(t) for t in ctx.tools or [])
-        for m in ctx.original if ctx.original is not None else ctx.messages:
-            if isinstance(m, dict):
-                content = m.get("content")
-                marks += int(MARK in m) + (sum(isinstance(p, dict) and MARK in p for p in content)
-                                           if isinstance(content, list) else 0)
+        marks = mark_count(ctx.tools or []) + mark_count(ctx.original if ctx.original is not None else ctx.messages)
         return 0 < marks < MAX_BREAKPOINTS
 
     def _stable_end(self, original: list[Any], cleared: dict[int, str], agent: bool,
