@@ -12,7 +12,7 @@ profiles:
   - match: ["claude-*", "anthropic/*"]
     rules: {fold_duplicates: true, tool_json: true}
   - match: "gpt-4o-mini*"
-    rule_options: {retrieve: {max_snippet_tokens: 1200}}
+    rule_options: {retrieve: {max_snippet_tokens: 800}}
 ```
 """
 

@@ -20,7 +20,7 @@ class CompactConfig:
     keep_related: int = option(4, "an old result whose command names a file that one of the last N assistant turns names stays whole at an epoch (0 = off)")
     input_chars: int = option(300, "a cleared assistant turn's tool-call arguments longer than this keep their first line and an orig: id (0 = tool inputs kept whole)")
     min_item_tokens: int = option(60, "a result or text shorter than this is never cleared (its placeholder would cost about as much)")
-    gist_chars: int = option(300, "a cleared result keeps its skeleton in its placeholder, up to this many characters: definitions with their line numbers, path:line of search hits, traceback frames, errors (0 = the id alone)")
+    gist_chars: int = option(300, "a cleared result keeps its skeleton in its placeholder, up to this many characters: definitions with their line numbers, path:line of search hits, traceback frames (the innermost first when they do not fit), error reports (0 = the id alone)")
     clear_at_least: int = option(3000, "an epoch clears at least this many tokens, or does not fire")
     horizon: float = option(1.0, "expected remaining requests = this times the requests so far (the planner's guess at the session's length)")
     min_horizon: int = option(4, "expected remaining requests at least")

@@ -22,7 +22,7 @@ class RetrieveConfig:
     neighbours: int = option(2, "turns on each side of a hit that may come with it")
     neighbour_decay: float = option(0.7, "a turn d turns from a hit competes with the hit's score times this to the power d")
     max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
-    max_snippet_tokens: int = option(2000, "token budget of one memory zone")
+    max_snippet_tokens: int = option(1200, "token budget of one memory zone")
     budget_share: float = option(0.08, "a zone may also take this share of the tokens of the history it replaces, when that is more than its budget above (a 120k-token history has more to bring back than a 20k one)")
     broad_budget: int = option(4000, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
     self_share: float = option(0.25, "share of the zone kept for the user's own statements (user turns saying something about the user, best score first) when the turn asks for advice: Any tips…, What should I…; such a turn also passes the gate with what it tells; between a user and an assistant only (0 = off)")

@@ -104,8 +104,10 @@ class MiniLMEmbedder:
         bsz, seq, _ = x.shape
 
         def dense(name: str, h: np.ndarray) -> np.ndarray:
-            flat = h.reshape(-1, h.shape[-1]) @ w[p + name + ".weight"] + w[p + name + ".bias"]
-            return flat.reshape(bsz, seq, -1)
+            # one matrix product per text (a stacked matmul): BLAS picks its kernel by the
+            # row count, so texts flattened into one product would round differently
+            # with their batch
+            return h @ w[p + name + ".weight"] + w[p + name + ".bias"]
 
         def heads(h: np.ndarray) -> np.ndarray:
             return h.reshape(bsz, seq, 12, 32).transpose(0, 2, 1, 3)
