@@ -60,12 +60,7 @@ def mark_count(items: Any) -> int:
 
 def has_mark(message: Any) -> bool:
     """Whether a message (or tool entry) carries a cache_control, on itself or a part."""
-    if not isinstance(message, dict):
-        return False
-    if MARK in message:
-        return True
-    content = message.get("content")
-    return isinstance(content, list) and any(isinstance(p, dict) and MARK in p for p in content)
+    return mark_count((message,)) > 0
 
 
 def canonical(value: Any) -> Any:
