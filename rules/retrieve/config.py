@@ -43,7 +43,7 @@ class RetrieveConfig:
     knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
     knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
     max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
-    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then (0 = no cap)")
+    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then; a cold request (no vector of the session's chunks stored yet) embeds none (0 = no cap: every text embedded on the request)")
 
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:

@@ -21,7 +21,8 @@ What it does
 Cost
     Nothing is embedded for a session until turns leave its request, and then only
     what left. Vectors come from the store; a request embeds at most ``max_embed``
-    missing ones, the best BM25 candidates of its question first, and the chunks still
+    missing ones, the best BM25 candidates of its question first (none while the store
+    has no vector of the session's chunks: a cold request), and the chunks still
     without a vector rank by BM25 alone (a cold session's first request stays fast).
     ``prefetch`` (the background lane, between requests) embeds those, and the turns
     that will leave at the next block boundary. The rewrite is a function of the request
@@ -156,12 +157,15 @@ class Retrieve:
     def _vectorize(self, idx: SessionIndex, query: str, allowance: list[int]) -> None:
         """Vectors for the search of ``query``: from the store, else embedded, the best
         BM25 candidates first, at most ``max_embed`` per request (``allowance``); the
-        rest go to the background lane (BM25 ranks them until then)."""
+        rest go to the background lane (BM25 ranks them until then). A cold index (no
+        vector in the store yet: a resumed chat, a stateless client) embeds none: two
+        vectors among hundreds of BM25-ranked chunks changed no evidence on the dev
+        files and cost a cold LoCoMo request about 100 ms (``docs/recall.md``)."""
         if self.config.max_embed == 0:
             idx.vectorize()
             return
-        if not idx.missing():
-            return
+        if not idx.missing() or not idx.has_vector().any():
+            return  # a cold index: a few vectors among BM25-ranked chunks change no ranking
         bm = idx.bm25_scores(terms(query))
         order = sorted(range(len(idx.chunks)), key=lambda i: (-bm[i], -i))
         _, embedded = idx.vectorize(order, allowance[0], lookup=False)  # looked up in apply

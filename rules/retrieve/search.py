@@ -125,8 +125,9 @@ def _fuse(index: SessionIndex, queries: list[str], embed: Any, p: SearchParams) 
     by BM25's share of the fusion: otherwise a cold request's chunks could not reach
     ``threshold`` and its zone would come back nearly empty."""
     best = np.zeros(len(index.chunks), dtype=np.float64)
-    vecs = embed(queries)
     has = index.has_vector()
+    # no chunk with a vector (a cold store): the query's vectors would score nothing
+    vecs = embed(queries) if has.any() else np.zeros((len(queries), 1), dtype=np.float32)
     for q, vec in zip(queries, vecs):
         w = bm25_weight(q, p.bm25_weight, p.bm25_weight_exact)
         bm, dense = index.bm25_scores(terms(q)), index.dense_scores(vec)

@@ -1,6 +1,7 @@
-"""retrieve on a cold session (a long history it has never embedded): a request embeds at
-most ``max_embed`` texts (the best BM25 candidates first), the background lane embeds the
-rest, and the rewrite stays a pure function of the request and the store's contents.
+"""retrieve on a cold session (a long history it has never embedded): a request embeds
+nothing while the store has no vector of the session's chunks (BM25 ranks them), at most
+``max_embed`` texts once it has some (the best BM25 candidates first), the background lane
+embeds the rest, and the rewrite stays a pure function of the request and the store's contents.
 Nothing is embedded for a session before retrieve drops something there."""
 
 from __future__ import annotations
@@ -28,15 +29,27 @@ def out_json(r, msgs, session="s1") -> str:
     return json.dumps(apply(r, msgs, session).messages, ensure_ascii=False)
 
 
-def test_a_cold_request_embeds_at_most_max_embed_chunks():
+def test_a_cold_request_embeds_nothing_and_bm25_finds_the_facts():
     emb = Counting()
     r = rule(make_deps(embedder=emb), max_embed=8)
     msgs = cold_history()
     out = apply(r, msgs)
-    question_forms = {t for t in emb.texts if t.strip(" ?.") in msgs[-1]["content"]}
-    assert len(set(emb.texts) - question_forms) <= 8
+    assert emb.texts == []  # neither chunks nor the question: no vector could use its vector
     assert memory_of(out.messages) and "X99812" in memory_of(out.messages)[0]  # BM25 finds it
     assert out.notes["retrieve"]["unembedded"] > 100
+
+
+def test_a_partly_warm_request_embeds_at_most_max_embed_chunks():
+    emb, store = Counting(), MemoryStore()
+    r = rule(make_deps(store=store, embedder=emb), max_embed=8)
+    apply(r, chat(FACTS, 60, "What is my passport number?"), "earlier")
+    assert r.prefetch() > 50  # the store now holds the vectors of those 60 turns
+    emb.texts.clear()
+    msgs = cold_history()
+    apply(r, msgs)
+    question_forms = {t for t in emb.texts if t.strip(" ?.") in msgs[-1]["content"]}
+    others = set(emb.texts) - question_forms
+    assert question_forms and 0 < len(others) <= 8
 
 
 def test_cold_rewrite_is_a_function_of_request_and_store():

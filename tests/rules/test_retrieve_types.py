@@ -48,8 +48,9 @@ def test_advice_question_brings_back_the_users_own_statement():
 
 
 def test_self_share_zero_is_the_plain_ranking():
+    # the full hybrid search (every chunk embedded on the request, as on a warm store)
     zone = _zone(_advice_chat("Can you suggest some activities I can do during my commute to work?"),
-                 self_share=0.0)
+                 self_share=0.0, max_embed=0)
     assert zone and OWN not in zone
 
 
