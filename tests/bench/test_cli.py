@@ -25,7 +25,9 @@ def test_bench_on_real_cases_is_deterministic(tmp_path, capsys):
     outs = []
     for run in ("a", "b"):
         path = tmp_path / f"{run}.json"
+        # the baselines and the whole pipeline (each rule alone would embed LoCoMo again)
         argv = ["agent_traces", "locomo", "injections", "--limit", "3", "--json", str(path),
+                "--systems", "last_n,mask_observations,engine",
                 "--markdown", str(tmp_path / "bench.md"), "--quiet"]
         assert main(argv) == 0
         outs.append(json.loads(path.read_text()))
