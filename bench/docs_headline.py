@@ -34,7 +34,7 @@ def cold_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
     for data, label in h["data"].items():
         cold, warm = (report["files"][data]["summary"][m] for m in ("cold", "warm"))
-        p95 = f", p95 +{cold['added_ms_p95']:.0f} ms" if not parts else ""
+        p95 = f", p95 +{cold['added_ms_p95']:.0f} ms"
         parts.append(f"{label} {t.pct(cold['evidence_share'])} at {t.pct(cold['reduction'])} fewer "
                      f"tokens{p95} (warm: {t.pct(warm['evidence_share'])})")
     return "; ".join(parts), {"date": report["date"]}
