@@ -21,9 +21,8 @@ What it does
 Cost
     Nothing is embedded for a session until turns leave its request, and then only
     what left. Vectors come from the store; a request embeds at most ``max_embed``
-    missing ones, the best BM25 candidates of its question first (none while the store
-    has no vector of the session's chunks: a cold request), and the chunks still
-    without a vector rank by BM25 alone (a cold session's first request stays fast).
+    missing ones, the best BM25 candidates of its question first (none on a cold
+    request: no vector stored yet), and the rest rank by BM25 alone until then.
     ``prefetch`` (the background lane, between requests) embeds those, and the turns
     that will leave at the next block boundary. The rewrite is a function of the request
     and the store's contents: with every vector stored it is the full hybrid search.
@@ -63,12 +62,12 @@ from context_engine.proxy.engine.messages import (
     SUMMARY_HEADER,
     fingerprint,
     last_user_index,
-    separate_users,
     system_prefix_len,
     text_of,
 )
-from context_engine.proxy.engine.sessions import AGENT, first_user_index
+from context_engine.proxy.engine.sessions import AGENT
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.rules.retrieve.assemble import assemble, saves
 from context_engine.rules.retrieve.committed import ZONE_PREFIX, Zone, commit, committed
 from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import make_embedder
@@ -89,16 +88,6 @@ from context_engine.rules.retrieve.window import Tail, source
 
 log = logging.getLogger("context_engine.retrieve")
 ZONE_OVERHEAD = 30  # message framing, header and intro lines of one zone
-
-
-def _saves(before: list[Any], after: list[Any], counter: TokenCounter) -> bool:
-    """Whether ``after`` costs fewer tokens than ``before``: what left against what came in
-    (zones, acks keeping two user turns apart); by identity: kept ones are the client's."""
-    kept = {id(m) for m in after}
-    came = {id(m) for m in before}
-    left = [m for m in before if id(m) not in kept]
-    added = [m for m in after if id(m) not in came]
-    return counter.messages(added) < counter.messages(left)
 
 
 class Retrieve:
@@ -157,15 +146,14 @@ class Retrieve:
     def _vectorize(self, idx: SessionIndex, query: str, allowance: list[int]) -> None:
         """Vectors for the search of ``query``: from the store, else embedded, the best
         BM25 candidates first, at most ``max_embed`` per request (``allowance``); the
-        rest go to the background lane (BM25 ranks them until then). A cold index (no
-        vector in the store yet: a resumed chat, a stateless client) embeds none: two
-        vectors among hundreds of BM25-ranked chunks changed no evidence on the dev
-        files and cost a cold LoCoMo request about 100 ms (``docs/recall.md``)."""
+        rest go to the background lane (BM25 ranks them until then). A cold index (none
+        stored yet) embeds nothing: two vectors among hundreds of BM25-ranked chunks
+        changed no dev evidence and cost ~100 ms (``docs/benchmarks.md``)."""
         if self.config.max_embed == 0:
             idx.vectorize()
             return
         if not idx.missing() or not idx.has_vector().any():
-            return  # a cold index: a few vectors among BM25-ranked chunks change no ranking
+            return
         bm = idx.bm25_scores(terms(query))
         order = sorted(range(len(idx.chunks)), key=lambda i: (-bm[i], -i))
         _, embedded = idx.vectorize(order, allowance[0], lookup=False)  # looked up in apply
@@ -234,8 +222,8 @@ class Retrieve:
                    keep: frozenset[int]) -> RequestContext:
         if cut <= head and not zones:
             return ctx
-        out = self._assemble(msgs, head, cut, zones, keep)
-        if out == ctx.messages or self.kb is None and not _saves(msgs, out, TokenCounter(ctx.encoding)):
+        out = assemble(msgs, head, cut, zones, keep, self.config.position)
+        if out == ctx.messages or self.kb is None and not saves(msgs, out, TokenCounter(ctx.encoding)):
             return ctx  # (a knowledge base's clauses come in whatever leaves: they are its point)
         last = zones.get(lu)
         injected = list(last.injected) if last else []
@@ -286,19 +274,3 @@ class Retrieve:
                 zones[u] = zone
                 left -= counter.message({"role": "user", "content": zone.text})
         return zones
-
-    def _assemble(self, msgs: list[Any], head: int, cut: int,
-                  zones: dict[int, Zone], keep: frozenset[int]) -> list[Any]:
-        order = sorted(keep)
-        kept = [msgs[i] for i in order]
-        if self.config.position == "after_system":  # after the task, which is pinned
-            zone = [{"role": "user", "content": z.text} for z in zones.values()]
-            pinned = 1 if order and order[0] == first_user_index(msgs) else 0
-            return separate_users(list(msgs[:head]) + kept[:pinned] + zone + kept[pinned:]
-                                  + list(msgs[cut:]), msgs)
-        out = list(msgs[:head]) + kept
-        for i in range(cut, len(msgs)):
-            if i in zones:
-                out.append({"role": "user", "content": zones[i].text})
-            out.append(msgs[i])
-        return separate_users(out, msgs)  # never two user messages in a row

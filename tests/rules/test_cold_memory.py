@@ -34,7 +34,7 @@ def test_a_cold_request_embeds_nothing_and_bm25_finds_the_facts():
     r = rule(make_deps(embedder=emb), max_embed=8)
     msgs = cold_history()
     out = apply(r, msgs)
-    assert emb.texts == []  # neither chunks nor the question: no vector could use its vector
+    assert emb.texts == []  # no chunk: and no question either, with no chunk vector to score
     assert memory_of(out.messages) and "X99812" in memory_of(out.messages)[0]  # BM25 finds it
     assert out.notes["retrieve"]["unembedded"] > 100
 
