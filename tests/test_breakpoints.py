@@ -8,6 +8,7 @@ markers come from that record, not from the code under test.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -301,3 +302,51 @@ def test_the_stable_prefix_end_gets_a_marker_of_the_clients_kind_within_the_limi
     client = [*msgs[:3], {"role": "tool", "tool_call_id": "c1", "content": "the original"}, *msgs[4:]]
     sent = mark(client, parted, True, 0).messages[3]["content"]
     assert sent == [{"type": "text", "text": "[context-engine:cleared] orig:0123456789ab (context_recall)", MARK: CC}]
+
+
+def test_the_stable_end_is_found_when_a_later_rule_folded_its_text():
+    """compact names the end of the stable prefix; fold_duplicates, which runs after it,
+    may fold that turn's text (an agent repeating "Run the tests again."). The turn keeps
+    its tool call's id, and the breakpoint still goes on it: every request after the
+    first epoch carries the client's two markers and the stable end's."""
+    import asyncio
+
+    from context_engine.proxy.engine.engine import Engine
+    from context_engine.proxy.engine.prefix import has_mark, mark_count
+    from context_engine.proxy.settings import load_settings
+    from context_engine.proxy.store.stores import MemoryStore
+
+    # short enough that compact never clears it (min_item_tokens), long enough to fold
+    AGAIN = ("Run the tests again, the same way as before, and read what fails this time "
+             "before changing anything else.\n```bash\npytest -q\n```")
+
+    def step(i: int) -> list[Any]:
+        again = i % 2 == 0 and i > 0  # every other turn repeats an earlier one, word for word
+        text = (AGAIN if again else f"Look at part {i}.\n" + "why " * 80)
+        call = {"id": f"c{i}", "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"cmd": "pytest -q" if again else f"cat p{i}.py"})}}
+        out = "\n".join(f"p{i}.py:{n}: value_{i}_{n} = f({n})" for n in range(20))
+        return [{"role": "assistant", "content": text, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": out}]
+
+    options = {"trigger_tokens": 600, "clear_at_least": 100, "keep_recent": 1, "keep_prose": 1,
+               "keep_related": 0, "min_item_tokens": 60, "min_horizon": 100, "gist_chars": 0}
+    settings = dataclasses.replace(load_settings(flags={"rules": "compact,fold_duplicates", "store": "memory://"},
+                                                 env={}, config_path="/dev/null"),
+                                   rule_options={"compact": options})
+    engine = Engine(settings, store=MemoryStore())
+    history: list[Any] = [{"role": "system", "content": "You are an agent.", MARK: CC},
+                          {"role": "user", "content": "Fix the parser."}]
+    counts, folded = [], 0
+    try:
+        for i in range(16):
+            history += step(i)
+            sent = [*history[:-1], {**history[-1], MARK: CC}]  # the client marks the newest message
+            out = asyncio.run(engine.rewrite({"model": "claude-sonnet-4-5", "messages": sent}, "fold")).result.ctx
+            if out.compaction is not None and out.compaction.epoch:
+                counts.append(mark_count(out.messages))
+                folded += any("[repeats the earlier" in json.dumps(m) for m in out.messages if has_mark(m))
+    finally:
+        engine.close()
+    assert counts and all(n == 3 for n in counts), counts
+    assert folded  # the stable end was a folded turn at least once: the case this test is for

@@ -34,7 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_engine.proxy.engine.messages import closed_prefix_end, is_instruction
-from context_engine.proxy.engine.prefix import MARK, MAX_BREAKPOINTS, digest, has_mark, mark_count
+from context_engine.proxy.engine.prefix import (
+    MARK,
+    MAX_BREAKPOINTS,
+    digest,
+    has_mark,
+    mark_count,
+    turn_key,
+)
 
 AUTO_MARK = {"type": "ephemeral"}
 AUTO_BLOCKS = (4, 4)  # (window, block) of the closed blocks when no rule offers ``ClosedBlocks``
@@ -204,18 +211,22 @@ def restore(original: list[Any], rewritten: list[Any], auto: bool = False,
 
 
 def mark_stable(messages: list[Any], end: tuple[int, bytes]) -> list[Any]:
-    """``messages`` with a marker on the message whose digest is ``end[1]`` (at index
-    ``end[0]``, else the last such), or the nearest one before it that can carry one as
-    every API writes it (a tool result, or text); the same list when that one already has
-    a marker, none matches, or the messages hold none or four already (the tools' the
-    caller counts: ``compact`` asks for a marker only below four in all)."""
+    """``messages`` with a marker on the message whose digest or turn key (``turn_key``:
+    a rule after ``compact`` may have folded its text) is ``end[1]`` (at index ``end[0]``,
+    else the last such), or the nearest one before it that can carry one as every API
+    writes it (a tool result, or text); the same list when that one already has a marker,
+    none matches, or the messages hold none or four already (the tools' the caller
+    counts: ``compact`` asks for a marker only below four in all)."""
     marked = [k for k, m in enumerate(messages) if has_mark(m)]
     if not marked or mark_count(messages) >= MAX_BREAKPOINTS:
         return messages
     hint, want = end
-    at = hint if 0 <= hint < len(messages) and digest(messages[hint]) == want else next(
-        (k for k in range(len(messages) - 1, -1, -1)
-         if isinstance(messages[k], dict) and digest(messages[k]) == want), None)
+
+    def named(m: Any) -> bool:
+        return isinstance(m, dict) and (digest(m) == want or turn_key(m) == want)
+
+    at = hint if 0 <= hint < len(messages) and named(messages[hint]) else next(
+        (k for k in range(len(messages) - 1, -1, -1) if named(messages[k])), None)
     while at is not None and at >= 0 and not _markable(messages[at]):
         at -= 1
     if at is None or at < 0 or at in marked:

@@ -101,9 +101,10 @@ class RequestContext:
     # The client's agent tag (``context-engine run``, or the X-Context-Engine-Agent header):
     # budget sends a Claude Code request over the window as it came (its compaction signal).
     agent: str = ""
-    # The index and digest of the last message of the prefix no later rewrite of the
-    # session changes (compact's epochs): the engine puts a cache breakpoint on it
-    # (``proxy/engine/breakpoints.py``, ``mark_stable``).
+    # The index and turn key (``prefix.turn_key``: its tool ids, else its digest) of the
+    # last message of the prefix no later rewrite of the session changes (compact's
+    # epochs): the engine puts a cache breakpoint on it (``proxy/engine/breakpoints.py``,
+    # ``mark_stable``), also when a later rule folded its text.
     stable_end: tuple[int, bytes] | None = None
 
     def replace(self, **changes: Any) -> RequestContext:

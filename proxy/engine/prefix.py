@@ -84,6 +84,21 @@ def digest(value: Any) -> bytes:
     return hashlib.blake2b(blob.encode("utf-8"), digest_size=16).digest()
 
 
+def turn_key(message: Any) -> bytes:
+    """What names a turn through the rewrites that keep it in place: a tool call's ids or a
+    tool result's ``tool_call_id`` (a lossless rule may fold the text beside them); a
+    message without ids is named by its content (``digest``)."""
+    if isinstance(message, dict):
+        calls = message.get("tool_calls")
+        ids = [c.get("id") for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+        if message.get("tool_call_id"):
+            ids.append(message.get("tool_call_id"))
+        if any(isinstance(i, str) and i for i in ids):
+            blob = json.dumps(["turn", message.get("role"), ids], separators=(",", ":"))
+            return hashlib.blake2b(blob.encode("utf-8"), digest_size=16).digest()
+    return digest(message)
+
+
 PLAIN = frozenset({"role", "content", "name", "tool_call_id"})
 
 

@@ -68,7 +68,7 @@ from context_engine.proxy.engine.messages import (
     text_of,
 )
 from context_engine.proxy.engine.originals import keep_original, original_id
-from context_engine.proxy.engine.prefix import MAX_BREAKPOINTS, digest, mark_count
+from context_engine.proxy.engine.prefix import MAX_BREAKPOINTS, mark_count, turn_key
 from context_engine.proxy.engine.sessions import AGENT, observations, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
@@ -197,7 +197,7 @@ class Compact:
         at = None if stable is None else stable if stable < len(ctx.messages) and ctx.messages[stable] is original[stable] \
             else next((j for j, m in enumerate(ctx.messages) if m is original[stable]), None)
         return ctx.replace(messages=current, compaction=figures,
-                           stable_end=(at, digest(current[at])) if at is not None else None).with_note(
+                           stable_end=(at, turn_key(current[at])) if at is not None else None).with_note(
             self.name, {"epoch": line.epoch, "cleared": len(line.cleared), "fired": fired})
 
     def _epoch(self, ctx: RequestContext, original: list[Any], line: Line, current: list[Any],
