@@ -31,7 +31,11 @@ nearest earlier assistant message, has the result's ``tool_call_id``):
    saves ``line_repeats_min_saving`` tokens. Both are decided when the result arrives,
    from earlier messages only (prefix stable), lose nothing while the result referred
    to is in the request, and are off while learned templates or stubs are on.
-5. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
+5. **Numbered lines** (``number_padding``, on; ``rules/tool_json/numbered.py``). A file
+   view's line numbers lose the spaces that right-align them (``cat -n``, ``nl -ba``,
+   Claude Code's Read: ``    62<tab>def f():`` → ``62<tab>def f():``), where at least 3
+   lines are numbered so. Lossless: no marker.
+6. **Oversized output.** Text (JSON after compaction, or logs and listings) longer than
    ``max_chars`` keeps whole lines of its head and tail around a marker; the result is
    then at most ``max_chars`` long, so a second pass leaves it alone.
 
@@ -93,6 +97,7 @@ from context_engine.proxy.store.memo import BoundedCache
 from context_engine.rules.tool_json.compact import CompactOptions, compact, parse_container
 from context_engine.rules.tool_json.line_repeats import LineRepeats
 from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends, tool_names
+from context_engine.rules.tool_json.numbered import unpad
 from context_engine.rules.tool_json.repeats import Repeats
 from context_engine.rules.tool_json.schema_templates import (
     Template,
@@ -139,6 +144,8 @@ class ToolJsonConfig:
     line_repeats_min_lines: int = option(3, "shortest run of lines line_repeats folds")
     line_repeats_min_saving: int = option(8, "fold a run only if its reference is this many "
                                              "tokens shorter")
+    number_padding: bool = option(True, "drop the spaces before the line numbers of a file view "
+                                        "(cat -n, nl, Claude Code's Read: '    62<tab>' -> '62<tab>')")
 
 
 class ToolJson:
@@ -227,8 +234,9 @@ class ToolJson:
     def _rewrite_fresh(self, text: str, tool: str, later: list[str] | None) -> tuple[str, str] | None:
         value = parse_container(text)
         if value is None:
-            clipped = self._clip(text, text)
-            return (clipped, "clipped") if clipped != text else None
+            body = unpad(text) if self.config.number_padding else text
+            clipped = self._clip(body, text)
+            return None if clipped == text else (clipped, "clipped" if clipped != body else "numbers")
         kind, cuts = "lossless", []
         template = self.templates.get(tool)
         if template is not None:
