@@ -24,9 +24,5 @@ MIN_LINES = 3
 def unpad(text: str) -> str:
     """``text`` with the padding before its line numbers dropped, when at least
     ``MIN_LINES`` lines are numbered; else ``text`` itself."""
-    found = 0
-    for _ in NUMBERED.finditer(text):
-        found += 1
-        if found >= MIN_LINES:
-            return NUMBERED.sub(r"\1\2", text)
-    return text
+    out, lines = NUMBERED.subn(r"\1\2", text)
+    return out if lines >= MIN_LINES else text
