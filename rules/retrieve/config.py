@@ -37,17 +37,20 @@ class RetrieveConfig:
     gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system (after the system prompt and the task)")
     embedder: str = option("auto", "auto | minilm | minilm-ort | wordllama | hashing | litellm:<model>")
+    cold_embedder: str = option("auto", "dense half of a cold request (no vector of the session's chunks stored yet), every chunk embedded on the request: auto (wordllama when installed, else none) | wordllama | none (BM25 alone)")
     keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
     context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
     max_chunk_chars: int = option(1200, "long tool output is cut by records into chunks this long")
     knowledge_dir: str = option("", "folder of Markdown/JSON/YAML knowledge documents ('' = none)")
     knowledge_date: str = option("", "ISO date for knowledge validity ('' = the date at start-up)")
     max_sessions: int = option(64, "session indexes kept in process (LRU; rebuilt from the store)")
-    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then; a cold request (no vector of the session's chunks stored yet) embeds none (0 = no cap: every text embedded on the request)")
+    max_embed: int = option(2, "texts one request may embed at most, the best BM25 candidates first; the rest are embedded in the background and ranked by BM25 until then; a cold request (no vector of the session's chunks stored yet) embeds none with its embedder (see cold_embedder; 0 = no cap: every text embedded on the request)")
 
     def __post_init__(self) -> None:
         if self.position not in POSITIONS:
             raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
+        if self.cold_embedder not in ("auto", "wordllama", "none"):
+            raise ValueError("cold_embedder must be auto, wordllama or none")
         if self.gate not in ("auto", "always"):
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:

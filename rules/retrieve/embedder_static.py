@@ -6,8 +6,10 @@ the wheel. A text's vector is the mean of its tokens' rows, L2-normalised: about
 for a LoCoMo conversation's 419 turns on one core, where MiniLM takes seconds, so a cold
 request can embed its whole history. Only the two files are read (both sha256-pinned);
 the package's own loader is not imported (it fetches its tokenizer from the network).
-Its vectors are weaker than MiniLM's: on LoCoMo every chunk embedded gives 95/135
-evidence against MiniLM's 103 (docs/benchmarks.md), so it is opt-in.
+Its vectors are weaker than MiniLM's once a store is warm (LoCoMo, every chunk
+embedded: 95/135 against 103), so it is the dense half of cold requests only
+(``retrieve.cold_embedder``), where the alternative is BM25 alone (89/135), and an
+embedder of its own by choice (``embedder: wordllama``); docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -69,3 +71,12 @@ class StaticEmbedder:
                 row = self.table[enc.ids].mean(0)
                 out[i] = row / max(float(np.linalg.norm(row)), 1e-12)
         return out
+
+
+def cold_embedder(spec: str) -> StaticEmbedder | None:
+    """``retrieve.cold_embedder``: ``auto`` (wordllama when installed) | ``wordllama`` |
+    ``none``. Only a cheap static table can embed a whole cold history on the request."""
+    folder = wordllama_dir() if spec != "none" else None
+    if folder is None and spec == "wordllama":
+        raise ValueError("cold_embedder wordllama: install wordllama (pip --no-deps)")
+    return StaticEmbedder(folder) if folder is not None else None

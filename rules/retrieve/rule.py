@@ -21,8 +21,10 @@ What it does
 Cost
     Nothing is embedded for a session until turns leave its request, and then only
     what left. Vectors come from the store; a request embeds at most ``max_embed``
-    missing ones, the best BM25 candidates of its question first (none on a cold
-    request: no vector stored yet), and the rest rank by BM25 alone until then.
+    missing ones, the best BM25 candidates of its question first, and the rest rank by
+    BM25 alone until then. A cold request (no vector stored yet) embeds none with the
+    main embedder: it ranks every chunk with ``cold_embedder``'s static table (~10 ms
+    for 419 turns; ``embedder_static``), else by BM25 alone.
     ``prefetch`` (the background lane, between requests) embeds those, and the turns
     that will leave at the next block boundary. The rewrite is a function of the request
     and the store's contents: with every vector stored it is the full hybrid search.
@@ -67,9 +69,11 @@ from context_engine.proxy.engine.messages import (
 )
 from context_engine.proxy.engine.sessions import AGENT
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.assemble import assemble, saves
 from context_engine.rules.retrieve.committed import ZONE_PREFIX, Zone, commit, committed
 from context_engine.rules.retrieve.config import RetrieveConfig
+from context_engine.rules.retrieve.embedder_static import cold_embedder
 from context_engine.rules.retrieve.embedders import make_embedder
 from context_engine.rules.retrieve.index import Chunk, EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.knowledge_base import KnowledgeBase
@@ -99,6 +103,7 @@ class Retrieve:
         self.deps = deps
         self.embedder = deps.embedder or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
+        self.cold = cold_embedder(config.cold_embedder)
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
         self._lock = threading.Lock()  # guards ``sessions``; each index has its own lock
         self.tail = Tail(config.window, config.block, config.min_closed_tokens,
@@ -175,11 +180,14 @@ class Retrieve:
                 budget: int, allowance: list[int]) -> list[Hit]:
         if budget <= 0:
             return []
-        embed, hits = self.cache.get, []
+        embed: Callable[[list[str]], Any] = self.cache.get
+        hits: list[Hit] = []
         wide = max(1.0, budget / self.params.max_tokens)  # a broad question's budget: more seeds
         params = replace(self.params, max_tokens=budget, top_k=round(self.params.top_k * wide))
         if idx.chunks:
             self._vectorize(idx, query, allowance)
+            if self.cold is not None and not idx.has_vector().any():
+                idx, embed = self._cold_index(idx)
             scores = fused_scores(idx, query, embed, params)
             own = own_turns(idx, scores) if self._advice(idx) and asks_advice(query) else []
             hits = select(idx, scores, visible, params, counter, own, int(self.config.self_share * budget))
@@ -188,6 +196,17 @@ class Retrieve:
             used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
             hits += self.kb.search(query, embed, params, counter, budget - used)
         return hits
+
+    def _cold_index(self, idx: SessionIndex) -> tuple[SessionIndex, Callable[[list[str]], Any]]:
+        """A cold request's index with every chunk embedded by the static ``cold``
+        embedder (~10 ms for 419 turns), on a throwaway store: ranked as a warm one is,
+        with weaker vectors, while the background embeds the history with MiniLM."""
+        assert self.cold is not None
+        cache = EmbeddingCache(self.cold, MemoryStore())
+        cold = SessionIndex(idx.session_id, cache)
+        cold.sync(list(idx.chunks))
+        cold.vectorize()
+        return cold, cache.get
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         if self.config.sessions == "chat" and ctx.kind == AGENT:

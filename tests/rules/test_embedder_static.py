@@ -68,3 +68,35 @@ def test_a_cold_request_embeds_its_whole_history_with_max_embed_0(emb):
     assert out.notes["retrieve"]["unembedded"] == 0 and out.notes["retrieve"]["embedder"] == "wordllama"
     zone = memory_of(out.messages)[0]
     assert "X99812" in zone and "lemon-tree-42" in zone
+
+
+def test_a_cold_request_ranks_with_the_static_table_and_a_warm_one_does_not():
+    # the default cold_embedder (auto): the static table is a cold request's dense half,
+    # the configured embedder (MiniLM in production) takes over once the store has vectors
+    from context_engine.proxy.store.stores import MemoryStore
+    from tests.harness import make_deps
+    from tests.rules.test_cold_memory import cold_history
+    from tests.rules.test_prefetch import RecordingEmbedder
+    from tests.rules.test_retrieve import apply, memory_of, rule
+
+    main, store = RecordingEmbedder(), MemoryStore()
+    r = rule(make_deps(store=store, embedder=main))
+    assert r.cold is not None and r.cold.name == "wordllama"
+    out = apply(r, cold_history())
+    assert r.cold.calls > 0 and main.texts == []  # cold: the table embedded the history
+    assert "X99812" in memory_of(out.messages)[0]
+    assert r.prefetch() > 100  # the background embeds it with the main embedder
+    calls = r.cold.calls
+    main.texts.clear()
+    apply(r, cold_history(), "s2")  # the same history, another session: the store is warm
+    assert r.cold.calls == calls and main.texts  # the main embedder's vectors rank
+
+
+def test_cold_embedder_none_leaves_a_cold_request_to_bm25_and_a_bad_value_is_refused():
+    from context_engine.rules.retrieve.config import RetrieveConfig
+    from tests.harness import make_deps
+    from tests.rules.test_retrieve import rule
+
+    assert rule(make_deps(), cold_embedder="none").cold is None
+    with pytest.raises(ValueError, match="cold_embedder"):
+        RetrieveConfig(cold_embedder="minilm")
