@@ -24,6 +24,7 @@ class RetrieveConfig:
     max_overlap: float = option(0.55, "drop a snippet whose word bigrams overlap the visible window more")
     max_snippet_tokens: int = option(1200, "token budget of one memory zone")
     budget_share: float = option(0.08, "a zone may also take this share of the tokens of the history it replaces, when that is more than its budget above (a 120k-token history has more to bring back than a 20k one)")
+    max_zone_tokens: int = option(7000, "a zone never takes more than this, however long the history it replaces (0 = no cap)")
     broad_budget: int = option(4000, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
     self_share: float = option(0.25, "share of the zone kept for the user's own statements (user turns saying something about the user, best score first) when the turn asks for advice: Any tips…, What should I…; such a turn also passes the gate with what it tells; between a user and an assistant only (0 = off)")
     mark_updates: bool = option(True, "when snippets of several turns name the question's subject (its rarest word), mark the latest and the earlier ones: (latest on yoga), (earlier than #213 on yoga); between a user and an assistant, the gate does not count that subject as seen while the memory holds statements on it that the window lacks")
@@ -55,6 +56,8 @@ class RetrieveConfig:
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:
             raise ValueError("window, block and top_k must be at least 1")
+        if self.max_zone_tokens < 0:
+            raise ValueError("max_zone_tokens must be at least 0")
         if self.max_embed < 0 or self.max_sessions < 1:
             raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:

@@ -2,9 +2,10 @@
 
 WordLlama (MIT, ``pip install --no-deps wordllama``) ships a 32,000 × 256 token table
 (``l2_supercat``: LLM input embeddings trained on sentence pairs) and its tokenizer inside
-the wheel. A text's vector is the mean of its tokens' rows, L2-normalised: about 10 ms
-for a LoCoMo conversation's 419 turns on one core, where MiniLM takes seconds, so a cold
-request can embed its whole history. Only the two files are read (both sha256-pinned);
+the wheel. A text's vector is the mean of its tokens' rows, L2-normalised: a few tens of
+ms for a LoCoMo conversation's 419 turns on one core (tokenizing is most of it), where
+MiniLM takes seconds, so a cold request can embed its whole history. A cold request
+weights each token by its idf over the session's own chunks (``CorpusEmbedder``). Only the two files are read (both sha256-pinned);
 the package's own loader is not imported (it fetches its tokenizer from the network).
 Its vectors are weaker than MiniLM's once a store is warm (LoCoMo, every chunk
 embedded: 95/135 against 103), so it is the dense half of cold requests only
@@ -60,17 +61,63 @@ class StaticEmbedder:
         self.tok = Tokenizer.from_file(_pinned(folder, TOKENIZER))
         self.tok.no_padding()
         self.tok.no_truncation()
-        self.calls = 0
+        self.calls = 0  # vectors computed (tests)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids."""
+        return [enc.ids for enc in self.tok.encode_batch(texts, add_special_tokens=False)]
+
+    def vectors(self, ids: list[list[int]], weights: np.ndarray | None = None) -> np.ndarray:
+        """Each token list's vector: the (``weights``-weighted) mean of its rows, unit
+        length; one text at a time, so a vector never depends on what it is embedded with."""
+        self.calls += 1
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        for i, row_ids in enumerate(ids):
+            if not row_ids:
+                continue
+            rows = self.table[row_ids]
+            if weights is None:
+                row = rows.mean(0)
+            else:
+                w = weights[row_ids]
+                row = (rows * w[:, None]).sum(0)
+            out[i] = row / max(float(np.linalg.norm(row)), 1e-12)
+        return out
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, enc in enumerate(self.tok.encode_batch(texts, add_special_tokens=False)):
-            if enc.ids:
-                # one text at a time: its vector never depends on what it is embedded with
-                row = self.table[enc.ids].mean(0)
-                out[i] = row / max(float(np.linalg.norm(row)), 1e-12)
-        return out
+        return self.vectors(self.encode(texts))
+
+    def for_corpus(self, texts: list[str]) -> CorpusEmbedder:
+        """This table weighted for one session's chunks ``texts`` (``CorpusEmbedder``)."""
+        return CorpusEmbedder(self, texts)
+
+
+class CorpusEmbedder:
+    """The static table with each token weighted by its idf over one session's chunks,
+    ``log((n + 1) / (df + 1)) + 1``: the words most turns hold (a speaker's name, "I",
+    "the") weigh least in a turn's vector and the question's, the rarer ones most. An
+    unweighted mean lets those common tokens pull every vector together (LoCoMo cold,
+    chosen on the dev file: multi-hop 17 → 20/35, the others unchanged). A function of
+    the texts alone (determinism); each is tokenized once, for the weights and its vector."""
+
+    name = "wordllama-idf"
+    dim = StaticEmbedder.dim
+
+    def __init__(self, base: StaticEmbedder, texts: list[str]) -> None:
+        self.base = base
+        ids = base.encode(texts)
+        self.ids = dict(zip(texts, ids))
+        df = np.zeros(len(base.table), dtype=np.float32)
+        for row_ids in self.ids.values():
+            df[np.unique(np.asarray(row_ids, dtype=np.int64))] += 1
+        n = len(self.ids)
+        self.weights = (np.log((n + 1) / (df + 1)) + 1.0).astype(np.float32)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        unknown = [t for t in texts if t not in self.ids]
+        fresh = dict(zip(unknown, self.base.encode(unknown))) if unknown else {}
+        return self.base.vectors([self.ids[t] if t in self.ids else fresh[t] for t in texts],
+                                 self.weights)
 
 
 def cold_embedder(spec: str) -> StaticEmbedder | None:

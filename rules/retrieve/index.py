@@ -196,6 +196,18 @@ class SessionIndex:
         self._speakers = self._voices = None
         return len(new)
 
+    def with_vectors(self, vectors: np.ndarray) -> SessionIndex:
+        """A copy holding the same chunks, with ``vectors`` (one per chunk, from another
+        embedder) as their rows: the BM25 terms and index are this one's, built once for
+        both. The copy stores nothing; this index keeps its own rows."""
+        if self._bm25 is None and self._terms:
+            self._bm25 = BM25Okapi(self._terms)
+        other = SessionIndex(self.session_id, self.cache)
+        other.chunks, other.keys, other._terms, other._bm25 = self.chunks, set(self.keys), self._terms, self._bm25
+        other._vocab, other._df, other._speakers, other._voices = self._vocab, self._df, self._speakers, self._voices
+        other._rows = list(vectors)
+        return other
+
     def missing(self) -> list[int]:
         return [i for i, r in enumerate(self._rows) if r is None]
 

@@ -100,3 +100,35 @@ def test_cold_embedder_none_leaves_a_cold_request_to_bm25_and_a_bad_value_is_ref
     assert rule(make_deps(), cold_embedder="none").cold is None
     with pytest.raises(ValueError, match="cold_embedder"):
         RetrieveConfig(cold_embedder="minilm")
+
+
+def test_corpus_weights_make_common_tokens_weigh_least_and_are_a_function_of_the_texts(emb):
+    # every turn opens "Caroline:": under the session's idf the name and the colon weigh
+    # least, so a turn's vector is nearer what it says than the plain mean puts it
+    corpus = [f"Caroline: {w}" for w in ("puppy", "stock market", "painting class", "hiking trip", "new job")]
+    weighted = emb.for_corpus(corpus)
+    assert weighted.name != emb.name  # never stored beside the plain table's vectors
+    puppy = emb.embed(["puppy"])[0]
+    plain, heavy = emb.embed([corpus[0]])[0], weighted.embed([corpus[0]])[0]
+    assert float(heavy @ puppy) > float(plain @ puppy) + 0.05
+    assert np.allclose(np.linalg.norm(weighted.embed(corpus), axis=1), 1.0, atol=1e-5)
+    again = emb.for_corpus(list(corpus))
+    assert weighted.embed(corpus).tobytes() == again.embed(corpus).tobytes()
+    question = weighted.embed(["Did Caroline adopt a puppy?"])  # a text outside the corpus
+    assert question.shape == (1, 256) and float(question[0] @ heavy) > float(question[0] @ weighted.embed([corpus[1]])[0])
+
+
+def test_an_index_with_other_vectors_shares_its_terms_and_leaves_the_original_rows(emb):
+    from context_engine.proxy.store.stores import MemoryStore
+    from context_engine.rules.retrieve.embedding_cache import EmbeddingCache
+    from context_engine.rules.retrieve.index import SessionIndex, chunk_messages
+
+    msgs = [{"role": "system", "content": "Chat."}] + [{"role": "user", "content": t} for t in TEXTS[:4]]
+    idx = SessionIndex("s", EmbeddingCache(emb, MemoryStore()))
+    idx.sync(chunk_messages(msgs, 1, len(msgs), 1200))
+    vectors = emb.embed([c.embed_text for c in idx.chunks])
+    copy = idx.with_vectors(vectors)
+    assert not idx.has_vector().any() and copy.has_vector().all()
+    assert copy.chunks is idx.chunks and copy._bm25 is idx._bm25 is not None  # BM25 built once
+    assert np.array_equal(copy.bm25_scores(["puppy"]), idx.bm25_scores(["puppy"]))
+    assert int(np.argmax(copy.dense_scores(emb.embed(["a dog from the shelter"])[0]))) == 2

@@ -327,3 +327,14 @@ def test_a_longer_history_gets_a_larger_zone_with_budget_share():
     assert 120 < COUNTER.text(shared[0]) <= 0.2 * replaced + 50  # + the zone's header lines
     with pytest.raises(ValueError, match="budget_share"):
         RetrieveConfig(budget_share=1.5)
+
+
+def test_max_zone_tokens_caps_a_zone_however_long_the_history():
+    facts = {i: f"The lemon tree in plot {i} gave {i + 3} kilos of lemons this season." for i in range(3, 90, 3)}
+    msgs = chat(facts, 120, "How many kilos of lemons did the lemon trees give?")
+    shared = memory_of(apply(rule(max_snippet_tokens=120, broad_budget=0, budget_share=0.5), msgs).messages)
+    capped = memory_of(apply(rule(max_snippet_tokens=120, broad_budget=0, budget_share=0.5,
+                                  max_zone_tokens=200), msgs).messages)
+    assert COUNTER.text(shared[0]) > 300 and 120 < COUNTER.text(capped[0]) <= 200 + 50
+    with pytest.raises(ValueError, match="max_zone_tokens"):
+        RetrieveConfig(max_zone_tokens=-1)
