@@ -68,7 +68,7 @@ class StaticEmbedder:
         return [enc.ids for enc in self.tok.encode_batch(texts, add_special_tokens=False)]
 
     def vectors(self, ids: list[list[int]], weights: np.ndarray | None = None) -> np.ndarray:
-        """Each token list's vector: the (``weights``-weighted) mean of its rows, unit
+        """Each token list's vector: the (``weights``-weighted) sum of its rows, unit
         length; one text at a time, so a vector never depends on what it is embedded with."""
         self.calls += 1
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
@@ -76,11 +76,7 @@ class StaticEmbedder:
             if not row_ids:
                 continue
             rows = self.table[row_ids]
-            if weights is None:
-                row = rows.mean(0)
-            else:
-                w = weights[row_ids]
-                row = (rows * w[:, None]).sum(0)
+            row = (rows * weights[row_ids][:, None] if weights is not None else rows).sum(0)
             out[i] = row / max(float(np.linalg.norm(row)), 1e-12)
         return out
 
@@ -107,10 +103,12 @@ class CorpusEmbedder:
         self.base = base
         ids = base.encode(texts)
         self.ids = dict(zip(texts, ids))
-        df = np.zeros(len(base.table), dtype=np.float32)
-        for row_ids in self.ids.values():
-            df[np.unique(np.asarray(row_ids, dtype=np.int64))] += 1
-        n = len(self.ids)
+        vocab = len(base.table)
+        rows = list(self.ids.values())
+        flat = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows] + [np.zeros(0, np.int64)])
+        doc = np.repeat(np.arange(len(rows), dtype=np.int64), [len(r) for r in rows])
+        df = np.bincount(np.unique(doc * vocab + flat) % vocab, minlength=vocab)
+        n = len(rows)
         self.weights = (np.log((n + 1) / (df + 1)) + 1.0).astype(np.float32)
 
     def embed(self, texts: list[str]) -> np.ndarray:

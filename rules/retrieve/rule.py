@@ -105,6 +105,7 @@ class Retrieve:
         self.embedder = deps.embedder or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.cold = cold_embedder(config.cold_embedder)
+        self._cold_memo: tuple[SessionIndex, list[Chunk], SessionIndex, Callable[[list[str]], Any]] | None = None
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
         self._lock = threading.Lock()  # guards ``sessions``; each index has its own lock
         self.tail = Tail(config.window, config.block, config.min_closed_tokens,
@@ -205,9 +206,14 @@ class Retrieve:
         way: ranked as a warm index is, with weaker vectors, while the background embeds
         the history with the main embedder. Nothing of it is stored."""
         assert self.cold is not None
+        memo = self._cold_memo  # one per request: each of its zones ranks on the same index
+        if memo is not None and memo[0] is idx and memo[1] is idx.chunks:
+            return memo[2], memo[3]
         texts = [c.embed_text for c in idx.chunks]
         table = self.cold.for_corpus(texts)
-        return idx.with_vectors(table.embed(texts)), table.embed
+        ranked = idx.with_vectors(table.embed(texts))
+        self._cold_memo = (idx, idx.chunks, ranked, table.embed)
+        return ranked, table.embed
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         if self.config.sessions == "chat" and ctx.kind == AGENT:
