@@ -35,8 +35,11 @@ def cold_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     for data, label in h["data"].items():
         cold, warm = (report["files"][data]["summary"][m] for m in ("cold", "warm"))
         p95 = f", p95 +{cold['added_ms_p95']:.0f} ms"
+        opened = [f"{n} {arm}" for arm, n in (("cold", cold.get("failed_open", 0)),
+                                               ("warm", warm.get("failed_open", 0))) if n]
+        failed = f"; failed open on the deadline, counted as kept: {', '.join(opened)}" if opened else ""
         parts.append(f"{label} {t.pct(cold['evidence_share'])} at {t.pct(cold['reduction'])} fewer "
-                     f"tokens{p95} (warm: {t.pct(warm['evidence_share'])})")
+                     f"tokens{p95} (warm: {t.pct(warm['evidence_share'])}{failed})")
     return "; ".join(parts), {"date": report["date"]}
 
 

@@ -65,7 +65,9 @@ class StaticEmbedder:
 
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Each text's token ids."""
-        return [enc.ids for enc in self.tok.encode_batch(texts, add_special_tokens=False)]
+        # encode_batch_fast (tokenizers >= 0.20): the same ids without offsets, ~20% faster
+        encode = getattr(self.tok, "encode_batch_fast", self.tok.encode_batch)
+        return [enc.ids for enc in encode(texts, add_special_tokens=False)]
 
     def vectors(self, ids: list[list[int]], weights: np.ndarray | None = None) -> np.ndarray:
         """Each token list's vector: the (``weights``-weighted) sum of its rows, unit
