@@ -38,6 +38,7 @@ from context_engine.bench.cases import Case, load_cases, resolve_file
 from context_engine.bench.metrics import percentile, probe_retained, visible_text
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
 from context_engine.proxy.edge.app import create_app
+from context_engine.proxy.edge.heap import settle_heap
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.settings import Settings, load_settings
@@ -73,7 +74,9 @@ def _through(settings: Settings, store: MemoryStore, embedder: Any, mock: MockUp
     what the request queued (the dropped turns' vectors), as a proxy that keeps running
     does between a client's requests."""
     engine = Engine(settings, store=store, embedder=embedder)
-    with ServerThread(create_app(settings, engine=engine)) as proxy:
+    app = create_app(settings, engine=engine)
+    settle_heap()  # as `context-engine serve` does before it serves
+    with ServerThread(app) as proxy:
         ms = _post(client, proxy.url, body)
         if settle:
             # vectors are content-addressed: what earlier cases embedded (the same turns of

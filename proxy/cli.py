@@ -30,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from context_engine.proxy.edge.app import create_app
+    from context_engine.proxy.edge.heap import settle_heap
     from context_engine.proxy.edge.shutdown import serve
 
     settings = _settings(args)
@@ -43,6 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # SIGTERM/SIGINT: flush the ledger, let requests in flight run for shutdown_grace, then
     # the app's shutdown finishes their rows and closes, all within a container's grace
     # period (proxy/edge/shutdown.py). A second Ctrl-C (SIGINT) exits at once.
+    settle_heap()  # what start-up built is never walked by the collector again
     serve(app, server_options(settings))
     return 0
 
