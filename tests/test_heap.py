@@ -6,13 +6,12 @@ from context_engine.proxy.edge.heap import settle_heap
 
 
 def test_settle_heap_freezes_what_is_alive_and_collects_the_garbage_first():
-    class Node:
-        pass
-
     gc.unfreeze()
     try:
-        alive, garbage = Node(), Node()
-        alive.me, garbage.me = alive, garbage  # two cycles: only one still referenced
+        alive: list[object] = []
+        garbage: list[object] = []
+        alive.append(alive)  # two cycles: only one still referenced
+        garbage.append(garbage)
         collected_before = gc.get_stats()[2]["collected"]
         del garbage
         settle_heap()
