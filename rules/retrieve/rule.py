@@ -25,7 +25,7 @@ Cost
     BM25 alone until then. A cold request (no vector stored yet) embeds none with the
     main embedder: it ranks every chunk with ``cold_embedder``'s static table, each
     token weighted by its idf over the session's chunks (~40 ms for 419 turns;
-    ``embedder_static``), else by BM25 alone. However long the history, a zone holds at
+    ``cold``), else by BM25 alone. However long the history, a zone holds at
     most ``max_zone_tokens``.
     ``prefetch`` (the background lane, between requests) embeds those, and the turns
     that will leave at the next block boundary. The rewrite is a function of the request
@@ -72,6 +72,7 @@ from context_engine.proxy.engine.messages import (
 from context_engine.proxy.engine.sessions import AGENT
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.retrieve.assemble import assemble, saves
+from context_engine.rules.retrieve.cold import ColdRanking
 from context_engine.rules.retrieve.committed import ZONE_PREFIX, Zone, commit, committed
 from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedder_static import cold_embedder
@@ -105,7 +106,7 @@ class Retrieve:
         self.embedder = deps.embedder or make_embedder(config.embedder)
         self.cache = EmbeddingCache(self.embedder, deps.store)
         self.cold = cold_embedder(config.cold_embedder)
-        self._cold_memo: tuple[SessionIndex, list[Chunk], SessionIndex, Callable[[list[str]], Any]] | None = None
+        self.cold_ranking = ColdRanking(self.cold) if self.cold is not None else None
         self.sessions: OrderedDict[str, SessionIndex] = OrderedDict()
         self._lock = threading.Lock()  # guards ``sessions``; each index has its own lock
         self.tail = Tail(config.window, config.block, config.min_closed_tokens,
@@ -188,8 +189,8 @@ class Retrieve:
         params = replace(self.params, max_tokens=budget, top_k=round(self.params.top_k * wide))
         if idx.chunks:
             self._vectorize(idx, query, allowance)
-            ranked, rank_embed = self._cold_index(idx) \
-                if self.cold is not None and not idx.has_vector().any() else (idx, embed)
+            ranked, rank_embed = self.cold_ranking.index(idx) \
+                if self.cold_ranking is not None and not idx.has_vector().any() else (idx, embed)
             scores = fused_scores(ranked, query, rank_embed, params)
             own = own_turns(idx, scores) if self._advice(idx) and asks_advice(query) else []
             hits = select(ranked, scores, visible, params, counter, own, int(self.config.self_share * budget))
@@ -198,22 +199,6 @@ class Retrieve:
             used = sum(counter.text(h.chunk.text) + SNIPPET_OVERHEAD for h in hits)
             hits += self.kb.search(query, embed, params, counter, budget - used)
         return hits
-
-    def _cold_index(self, idx: SessionIndex) -> tuple[SessionIndex, Callable[[list[str]], Any]]:
-        """A cold request's index: ``idx``'s chunks and BM25 terms with every chunk
-        embedded by the static ``cold`` table, weighted for this session's chunks
-        (``CorpusEmbedder``; ~40 ms for 419 turns), and the question embedded the same
-        way: ranked as a warm index is, with weaker vectors, while the background embeds
-        the history with the main embedder. Nothing of it is stored."""
-        assert self.cold is not None
-        memo = self._cold_memo  # one per request: each of its zones ranks on the same index
-        if memo is not None and memo[0] is idx and memo[1] is idx.chunks:
-            return memo[2], memo[3]
-        texts = [c.embed_text for c in idx.chunks]
-        table = self.cold.for_corpus(texts)
-        ranked = idx.with_vectors(table.embed(texts))
-        self._cold_memo = (idx, idx.chunks, ranked, table.embed)
-        return ranked, table.embed
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
         if self.config.sessions == "chat" and ctx.kind == AGENT:

@@ -1,0 +1,37 @@
+"""A cold request's ranking: while the store holds no vector of a session's chunks.
+
+Embedding a whole history with the main embedder (MiniLM) would take seconds, so a cold
+request ranks with the static table (``embedder_static``) weighted for the session's own
+chunks (``CorpusEmbedder``): every chunk and the question embedded on the request, on a
+copy of the session's index (its BM25 terms and index shared, ``SessionIndex.with_vectors``),
+ranked as a warm index is, with weaker vectors. Nothing of it is stored; the background
+still embeds the history with the main embedder, whose vectors rank every later request.
+A request with several zones ranks them all on the one copy it built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from context_engine.rules.retrieve.embedder_static import StaticEmbedder
+from context_engine.rules.retrieve.index import Chunk, SessionIndex
+
+
+class ColdRanking:
+    def __init__(self, table: StaticEmbedder) -> None:
+        self.table = table
+        # the last copy built: (index, its chunks then, the copy, the question's embedder)
+        self._last: tuple[SessionIndex, list[Chunk], SessionIndex, Callable[[list[str]], Any]] | None = None
+
+    def index(self, idx: SessionIndex) -> tuple[SessionIndex, Callable[[list[str]], Any]]:
+        """``idx``'s chunks with the weighted table's vectors, and the embedder of the
+        question (the same weights). Built once per set of chunks."""
+        last = self._last
+        if last is not None and last[0] is idx and last[1] is idx.chunks:
+            return last[2], last[3]
+        texts = [c.embed_text for c in idx.chunks]
+        weighted = self.table.for_corpus(texts)
+        ranked = idx.with_vectors(weighted.embed(texts))
+        self._last = (idx, idx.chunks, ranked, weighted.embed)
+        return ranked, weighted.embed
