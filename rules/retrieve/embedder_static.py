@@ -46,6 +46,15 @@ def _pinned(folder: str, entry: tuple[str, str]) -> str:
     return path
 
 
+Bag = tuple[np.ndarray, np.ndarray]  # a text's distinct token ids, and how often each occurs
+
+
+def bag(ids: list[int]) -> Bag:
+    """A token list as its distinct ids (sorted) and their counts, as float32."""
+    uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+    return uniq, counts.astype(np.float32)
+
+
 class StaticEmbedder:
     """Mean of the text's token rows in WordLlama's table, unit length."""
 
@@ -72,13 +81,18 @@ class StaticEmbedder:
     def vectors(self, ids: list[list[int]], weights: np.ndarray | None = None) -> np.ndarray:
         """Each token list's vector: the (``weights``-weighted) sum of its rows, unit
         length; one text at a time, so a vector never depends on what it is embedded with."""
+        return self.bag_vectors([bag(row) for row in ids], weights)
+
+    def bag_vectors(self, bags: list[Bag], weights: np.ndarray | None = None) -> np.ndarray:
+        """``vectors`` of texts given as bags of token ids (``bag``): each distinct
+        token's row once, times its count (and weight), summed as one small product."""
         self.calls += 1
-        out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        for i, row_ids in enumerate(ids):
-            if not row_ids:
+        out = np.zeros((len(bags), self.dim), dtype=np.float32)
+        for i, (uniq, counts) in enumerate(bags):
+            if not len(uniq):
                 continue
-            rows = self.table[row_ids]
-            row = (rows * weights[row_ids][:, None] if weights is not None else rows).sum(0)
+            scale = counts if weights is None else counts * weights[uniq]
+            row = scale @ self.table[uniq]
             out[i] = row / max(float(np.linalg.norm(row)), 1e-12)
         return out
 
@@ -103,21 +117,18 @@ class CorpusEmbedder:
 
     def __init__(self, base: StaticEmbedder, texts: list[str]) -> None:
         self.base = base
-        ids = base.encode(texts)
-        self.ids = dict(zip(texts, ids))
-        vocab = len(base.table)
-        rows = list(self.ids.values())
-        flat = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows] + [np.zeros(0, np.int64)])
-        doc = np.repeat(np.arange(len(rows), dtype=np.int64), [len(r) for r in rows])
-        df = np.bincount(np.unique(doc * vocab + flat) % vocab, minlength=vocab)
-        n = len(rows)
+        self.bags = dict(zip(texts, map(bag, base.encode(texts))))
+        bags = list(self.bags.values())
+        seen = [uniq for uniq, _ in bags] + [np.zeros(0, np.int64)]
+        df = np.bincount(np.concatenate(seen), minlength=len(base.table))
+        n = len(bags)
         self.weights = (np.log((n + 1) / (df + 1)) + 1.0).astype(np.float32)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        unknown = [t for t in texts if t not in self.ids]
-        fresh = dict(zip(unknown, self.base.encode(unknown))) if unknown else {}
-        return self.base.vectors([self.ids[t] if t in self.ids else fresh[t] for t in texts],
-                                 self.weights)
+        unknown = [t for t in texts if t not in self.bags]
+        fresh = dict(zip(unknown, map(bag, self.base.encode(unknown)))) if unknown else {}
+        return self.base.bag_vectors([self.bags[t] if t in self.bags else fresh[t] for t in texts],
+                                     self.weights)
 
 
 def cold_embedder(spec: str) -> StaticEmbedder | None:
