@@ -120,6 +120,14 @@ def test_chinese_terms_are_character_bigrams():
         "What did Ann buy", "where did Bob go"]
 
 
+def test_terms_stem_split_hyphens_and_keep_ids_whatever_the_word_length():
+    text = "De-stress: running the tests-2024 at /usr/lib, caroline@mail.com " + "x" * 40 + " well-being"
+    expected = ["destres", "de", "stres", "run", "tests-2024", "usr/lib", "caroline@mail.com",
+                "x" * 40, "wellbe", "well", "being"]
+    assert terms(text) == expected
+    assert terms(text + " ") == expected  # words are memoised: a second text reuses them
+
+
 def test_long_tool_output_is_cut_by_records_with_provenance():
     rows = [{"id": f"R{i:03d}", "note": "x" * 40} for i in range(60)]
     msgs = [{"role": "system", "content": "s"},
