@@ -15,6 +15,7 @@ embedder of its own by choice (``embedder: wordllama``); docs/benchmarks.md.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -137,4 +138,11 @@ def cold_embedder(spec: str) -> StaticEmbedder | None:
     folder = wordllama_dir() if spec != "none" else None
     if folder is None and spec == "wordllama":
         raise ValueError("cold_embedder wordllama: install wordllama (pip --no-deps)")
-    return StaticEmbedder(folder) if folder is not None else None
+    return _loaded(folder) if folder is not None else None
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded(folder: str) -> StaticEmbedder:
+    """One table per process: every pipeline (profiles, the lossless one) and every engine
+    shares it (32,000 x 256 floats, read and hashed once)."""
+    return StaticEmbedder(folder)
