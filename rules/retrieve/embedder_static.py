@@ -6,7 +6,8 @@ the wheel. A text's vector is the mean of its tokens' rows, L2-normalised: a few
 ms for a LoCoMo conversation's 419 turns on one core (tokenizing is most of it), where
 MiniLM takes seconds, so a cold request can embed its whole history. A cold request
 weights each token by its idf over the session's own chunks (``CorpusEmbedder``). Only
-the two files are read (both sha256-pinned); the package's own loader is not imported (it fetches its tokenizer from the network).
+the two files are read (both sha256-pinned); the package's own loader is not imported
+(it fetches its tokenizer from the network).
 Its vectors are weaker than MiniLM's once a store is warm (LoCoMo, every chunk
 embedded: 95/135 against 103), so it is the dense half of cold requests only
 (``retrieve.cold_embedder``), where the alternative is BM25 alone (89/135), and an
