@@ -25,7 +25,7 @@ class RetrieveConfig:
     max_snippet_tokens: int = option(1200, "token budget of one memory zone")
     budget_share: float = option(0.08, "a zone may also take this share of the tokens of the history it replaces, when that is more than its budget above (a 120k-token history has more to bring back than a 20k one)")
     max_zone_tokens: int = option(7000, "a zone never takes more than this, however long the history it replaces (0 = no cap)")
-    broad_budget: int = option(4000, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
+    broad_budget: int = option(4500, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
     self_share: float = option(0.25, "share of the zone kept for the user's own statements (user turns saying something about the user, best score first) when the turn asks for advice: Any tips…, What should I…; such a turn also passes the gate with what it tells; between a user and an assistant only (0 = off)")
     mark_updates: bool = option(True, "when snippets of several turns name the question's subject (its rarest word), mark the latest and the earlier ones: (latest on yoga), (earlier than #213 on yoga); between a user and an assistant, the gate does not count that subject as seen while the memory holds statements on it that the window lacks")
     bm25_weight: float = option(0.4, "weight of BM25 in the fused score (the rest is embeddings)")
@@ -35,6 +35,7 @@ class RetrieveConfig:
     expansion: float = option(0.0, "entity-linked expansion: weight of a BM25 pass over names and titles in the three best hits that the query lacks (0 = off)")
     name_blind: bool = option(True, "search without the names of the conversation's speakers (each turn is said by one of them to the other: a name only finds the turns that say it)")
     date_boost: float = option(0.2, "score added to turns from sessions dated in a month and year the query names (0 = off)")
+    length_prior: float = option(0.4, "in a conversation between named people (each turn opens with its speaker's name), a turn shorter than 100 tokens fills the zone with its score times (tokens / 100) to this power: a reaction (Wow, that's great!) tells less than the turns that say something; between a user and an assistant nothing changes (an assistant's long turns are its verbosity; 0 = off)")
     gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system (after the system prompt and the task)")
     embedder: str = option("auto", "auto | minilm | minilm-ort | wordllama | hashing | litellm:<model>")
@@ -56,8 +57,8 @@ class RetrieveConfig:
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:
             raise ValueError("window, block and top_k must be at least 1")
-        if self.max_zone_tokens < 0:
-            raise ValueError("max_zone_tokens must be at least 0")
+        if self.max_zone_tokens < 0 or self.length_prior < 0:
+            raise ValueError("max_zone_tokens and length_prior must be at least 0")
         if self.max_embed < 0 or self.max_sessions < 1:
             raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:

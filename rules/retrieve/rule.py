@@ -16,7 +16,8 @@ What it does
     question asking for several things or a judgement (``query.is_broad``) gets
     ``broad_budget`` and proportionally more seeds; one asking advice keeps ``self_share``
     of it for the user's own statements (``profile``); statements of several turns on
-    the question's subject are marked latest and earlier (``updates``).
+    the question's subject are marked latest and earlier (``updates``). Between named
+    people, a short reaction fills the zone after the turns that tell (``length_prior``).
 
 Cost
     Nothing is embedded for a session until turns leave its request, and then only
@@ -118,7 +119,7 @@ class Retrieve:
                                    config.max_overlap, config.max_snippet_tokens, config.bm25_weight,
                                    config.bm25_weight_exact, config.speaker_weight, config.fusion,
                                    config.expansion, config.neighbour_decay, config.name_blind,
-                                   config.date_boost)
+                                   config.date_boost, config.length_prior)
         log.info("retrieve: embedder %s", self.embedder.name)
 
     def embedded(self) -> int:

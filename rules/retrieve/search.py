@@ -18,6 +18,9 @@ Coarse recall → fuse → trim:
    seed's score (an answer usually sits next to its question).
 5. Snippets whose word bigrams overlap the visible window by more than ``max_overlap``
    are dropped (the model already sees them); the rest fill ``max_tokens`` best first.
+   In a conversation between named people (``length_prior``), a turn shorter than
+   ``PRIOR_TOKENS`` fills with its score times ``(tokens / PRIOR_TOKENS) ** length_prior``:
+   a reaction ("Wow, that's great!") tells less than the turns that say something.
 
 The zone lists snippets in conversation order, grouped under their session/date
 header, each citing its turn number and speaker (its role and tool when the text
@@ -27,7 +30,7 @@ does not start with a speaker's name).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +50,7 @@ from context_engine.rules.retrieve.query import (
 from context_engine.rules.zones.fence import quote_role_labels
 
 SNIPPET_OVERHEAD = 8  # citation and line framing of one snippet, in tokens
+PRIOR_TOKENS = 100  # a named speaker's turn this long (framing included) or longer fills at its score
 ZONE_INTRO = "Recalled from earlier in this conversation (#n = original turn number):"
 KB_INTRO = "From the knowledge base (#n = clause number of the document named above it):"
 BOTH_INTRO = ("Recalled from earlier in this conversation (#n = original turn number) and from "
@@ -68,6 +72,7 @@ class SearchParams:
     neighbour_decay: float = 0.7
     name_blind: bool = True
     date_boost: float = 0.0
+    length_prior: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -171,12 +176,21 @@ def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: Search
     visible = bigrams(visible_text)
     hits: list[Hit] = []
     used, taken = 0, set()
-    for pool, cap in ((first, min(first_tokens, p.max_tokens)), (_candidates(index, scores, p), p.max_tokens)):
+    costs: dict[int, int] = {}
+
+    def cost_of(i: int) -> int:
+        if i not in costs:
+            costs[i] = counter.text(index.chunks[i].text) + SNIPPET_OVERHEAD
+        return costs[i]
+
+    pools = ((first, min(first_tokens, p.max_tokens)),
+             (_by_length(index, _candidates(index, scores, p), p.length_prior, cost_of), p.max_tokens))
+    for pool, cap in pools:
         for i, score in pool:
             c = index.chunks[i]
             if i in taken or overlap(c.text, visible) > p.max_overlap:
                 continue
-            cost = counter.text(c.text) + SNIPPET_OVERHEAD
+            cost = cost_of(i)
             if used + cost > cap:
                 continue
             used += cost
@@ -185,6 +199,23 @@ def select(index: SessionIndex, scores: np.ndarray, visible_text: str, p: Search
     while hits and counter.text(render(hits)) > p.max_tokens:
         hits.pop()  # headers and citations pushed the zone over budget: drop the lowest rank
     return hits
+
+
+def _by_length(index: SessionIndex, candidates: list[tuple[int, float]], prior: float,
+               cost_of: Callable[[int], int]) -> list[tuple[int, float]]:
+    """``candidates`` in the order they fill the zone: a named speaker's turn shorter than
+    ``PRIOR_TOKENS`` by its score times ``(tokens / PRIOR_TOKENS) ** prior`` (module
+    docstring, step 5); a turn keeps the score it competed with. Only between named
+    people: an assistant's long turns are its verbosity, not what it was told."""
+    voices = index.voices
+    if prior <= 0 or not voices:
+        return candidates
+
+    def weight(i: int) -> float:
+        c = index.chunks[i]
+        return min(1.0, cost_of(i) / PRIOR_TOKENS) ** prior if c.named and c.speaker in voices else 1.0
+
+    return sorted(candidates, key=lambda kv: (-kv[1] * weight(kv[0]), kv[0]))
 
 
 def _candidates(index: SessionIndex, scores: np.ndarray, p: SearchParams) -> list[tuple[int, float]]:

@@ -1,5 +1,5 @@
-"""retrieve's ranking aids: name-blind query forms, pairs of names, date scope, entity-linked expansion
-and neighbour decay. Each is checked on its own function and through a real index
+"""retrieve's ranking aids: name-blind query forms, pairs of names, date scope, entity-linked expansion,
+neighbour decay and the length prior. Each is checked on its own function and through a real index
 (hashing embedder, real BM25 and faiss)."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import dataclasses
 
 import numpy as np
 
+from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.stores import MemoryStore
+from context_engine.rules.retrieve.config import RetrieveConfig
 from context_engine.rules.retrieve.embedders import HashingEmbedder
 from context_engine.rules.retrieve.index import EmbeddingCache, SessionIndex, chunk_messages
 from context_engine.rules.retrieve.query import (
@@ -18,7 +20,15 @@ from context_engine.rules.retrieve.query import (
     terms,
     without_names,
 )
-from context_engine.rules.retrieve.search import SearchParams, _candidates, cite, fused_scores
+from context_engine.rules.retrieve.search import (
+    Hit,
+    SearchParams,
+    _candidates,
+    cite,
+    fused_scores,
+    render,
+    select,
+)
 
 PARAMS = SearchParams(top_k=8, threshold=0.0, neighbours=2, max_overlap=0.55, max_tokens=2000,
                       bm25_weight=0.5, bm25_weight_exact=0.75, expansion=0.0, name_blind=False,
@@ -179,3 +189,46 @@ def test_a_chunk_without_a_vector_ranks_by_bm25_alone_on_the_fused_scale():
     got = scores(idx, "quokka sanctuary Rottnest")
     assert got[quokka] == 1.0
     assert got[quokka] > max(got[i] for i in range(len(got)) if i != quokka)
+
+
+# --- the length prior -------------------------------------------------------------------------
+
+REACTION = "Melanie: Wow, that's great!"
+TELLING = ("Caroline: I signed up for a pottery class last week; working the clay on Tuesday evenings "
+           "calms me down after a long shift, and I made a blue bowl for my mum.")
+
+
+def _fill_order(turns: list[str], prior: float, max_tokens: int = 2000) -> list[str]:
+    idx = index_of(turns)
+    given = np.zeros(len(idx.chunks))
+    for i, c in enumerate(idx.chunks):
+        given[i] = 1.0 if c.text == turns[0] else 0.9 if c.text == turns[1] else 0.0
+    p = dataclasses.replace(PARAMS, threshold=0.5, neighbours=0, max_tokens=max_tokens, length_prior=prior)
+    return [h.chunk.text for h in select(idx, given, "", p, TokenCounter("o200k_base"))]
+
+
+def test_between_named_people_a_short_reaction_fills_after_a_turn_that_tells_something():
+    turns = [REACTION, TELLING] + FILLER
+    assert _fill_order(turns, 0.0) == [REACTION, TELLING]  # off: by score alone
+    assert _fill_order(turns, 0.4) == [TELLING, REACTION]  # (16 / 100) ** 0.4 * 1.0 < 0.9 * weight
+    # a zone with room for one of them shows the turn that tells
+    idx = index_of(turns)
+    telling = next(c for c in idx.chunks if c.text == TELLING)
+    room = TokenCounter("o200k_base").text(render([Hit(telling, 0.9)])) + 4  # the reaction costs more
+    assert _fill_order(turns, 0.4, room) == [TELLING]
+    assert _fill_order(turns, 0.0, room) == [REACTION]
+
+
+def test_between_a_user_and_an_assistant_the_length_prior_changes_nothing():
+    """An assistant's long turns are its verbosity: unnamed turns keep the order of their scores."""
+    turns = [REACTION.split(": ", 1)[1], TELLING.split(": ", 1)[1]] + [f.split(": ", 1)[1] for f in FILLER]
+    assert _fill_order(turns, 0.4) == _fill_order(turns, 0.0) == turns[:2]
+
+
+def test_a_negative_length_prior_stops_the_config():
+    try:
+        RetrieveConfig(length_prior=-0.1)
+    except ValueError as err:
+        assert "length_prior" in str(err)
+    else:
+        raise AssertionError("a negative length_prior was accepted")
