@@ -15,6 +15,7 @@ depend on it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from context_engine.bench.docs_format import pct, read, run_line, source_line, table
 
@@ -34,7 +35,25 @@ def cold_memory(names: list[str]) -> str:
     return table({"columns": ["data", "store", "evidence", "fewer tokens", "added p50 / p95",
                               "failed open", "by type"],
                   "align": ["left", "left", "right", "right", "right", "right", "left"], "rows": rows}) \
+        + "".join(_by_conversation(data, result["rows"]) for data, result in report["files"].items()) \
         + source_line(report, name, f", load {report.get('load', '?')}", "rows per case in")
+
+
+def _by_conversation(data: str, rows: list[dict[str, Any]]) -> str:
+    """Evidence per conversation, cold / warm, for a file whose case ids name one
+    (``locomo/conv-26/qa006``): the unit a held-out check is made on."""
+    kept: dict[str, list[int]] = {}
+    for r in rows:
+        parts = r["case"].split("/")
+        if len(parts) == 3:
+            k = kept.setdefault(parts[1], [0, 0, 0])
+            k[0] += r["cold"]["kept"]
+            k[1] += r["warm"]["kept"]
+            k[2] += r["cold"]["probes"]
+    if not kept:
+        return ""
+    each = "; ".join(f"{conv} {c} / {w} of {n}" for conv, (c, w, n) in sorted(kept.items()))
+    return f"\n\n{data} by conversation, evidence cold / warm: {each}."
 
 
 def load(names: list[str]) -> str:

@@ -203,6 +203,26 @@ def test_generated_table_refuses_its_bench_output_missing_a_field(kind, tmp_path
         docs_page.RENDERERS[kind](names)
 
 
+def test_cold_memory_table_reports_locomo_by_conversation_adding_up_to_the_totals():
+    """LoCoMo's cold and warm evidence per conversation (the unit a held-out check is made
+    on) sums to the table's totals; LongMemEval's ids name no conversation: no line."""
+    import re
+
+    from context_engine.bench import docs_tables_latency
+
+    text = docs_tables_latency.cold_memory(["cold_memory.json"])
+    report = json.loads((REPO / "docs" / "results" / "cold_memory.json").read_text())
+    (line,) = [x for x in text.splitlines() if "by conversation" in x]
+    assert line.startswith("locomo by conversation")
+    found = re.findall(r"(conv-\d+) (\d+) / (\d+) of (\d+)", line)
+    assert len(found) == len({c for c, *_ in found}) >= 2
+    summary = report["files"]["locomo"]["summary"]
+    for mode, col in (("cold", 1), ("warm", 2)):
+        kept, total = map(int, summary[mode]["evidence"].split("/"))
+        assert sum(int(f[col]) for f in found) == kept
+        assert sum(int(f[3]) for f in found) == total
+
+
 def test_committed_bench_outputs_name_no_machine_paths():
     for path in sorted((REPO / "docs" / "results").glob("*.json")):
         assert not re.search(r"/tmp/|/work/|/home/\w+/|/root/|/var/", path.read_text()), path.name
