@@ -57,8 +57,10 @@ class RetrieveConfig:
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:
             raise ValueError("window, block and top_k must be at least 1")
-        if self.max_zone_tokens < 0 or self.length_prior < 0:
-            raise ValueError("max_zone_tokens and length_prior must be at least 0")
+        if self.max_zone_tokens < 0:
+            raise ValueError("max_zone_tokens must be at least 0")
+        if self.length_prior < 0:
+            raise ValueError("length_prior must be at least 0")
         if self.max_embed < 0 or self.max_sessions < 1:
             raise ValueError("max_embed must be at least 0 and max_sessions at least 1")
         if not 0.0 <= self.neighbour_decay <= 1.0:
