@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 DATA_ENV = "CONTEXT_ENGINE_DATA"
+FENCE = "```"
 DEV_FILES = ("agent_traces_dev.jsonl", "injections_dev.jsonl", "locomo_dev.jsonl")
 
 
@@ -122,6 +123,34 @@ def _with_cut(kept: Case | None, case: Case, cut: int) -> Case:
     cuts = tuple(sorted((kept.cuts if kept else ()) + ((cut, case.probes),)))
     longest = case if kept is None or len(case.messages) > len(kept.messages) else kept
     return replace(longest, cuts=cuts, probes=())
+
+
+def as_text_actions(case: Case) -> Case:
+    """``case`` as a text-action harness sends it (mini-swe-agent, SWE-agent's text mode):
+    each command is a fenced block in the assistant's reply, not a tool call (a reply
+    without the block gets it, from the call's ``command`` argument or its whole
+    arguments), each result a user turn, and no ``tools``. The probes do not change."""
+    messages: list[dict[str, Any]] = []
+    for m in case.messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            content = m.get("content")
+            text = content if isinstance(content, str) else ""
+            if FENCE not in text:
+                text = "\n\n".join([text] * bool(text) + [_fenced(c) for c in m["tool_calls"]])
+            m = {k: v for k, v in m.items() if k != "tool_calls"} | {"content": text}
+        elif m.get("role") == "tool":
+            m = {"role": "user", "content": m.get("content")}
+        messages.append(m)
+    return replace(case, messages=messages, tools=None)
+
+
+def _fenced(call: dict[str, Any]) -> str:
+    arguments = str((call.get("function") or {}).get("arguments") or "")
+    try:
+        command = json.loads(arguments).get("command", arguments)
+    except (ValueError, AttributeError):
+        command = arguments
+    return f"{FENCE}bash\n{command}\n{FENCE}"
 
 
 def request_points(messages: list[dict[str, Any]]) -> list[int]:

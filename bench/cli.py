@@ -85,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold", action="store_true",
                         help="the engine meets every session on a fresh, empty store (a resumed "
                              "chat, a stateless client): nothing embedded or indexed before")
+    parser.add_argument("--text-actions", action="store_true",
+                        help="send each case as a text-action harness does (mini-swe-agent, "
+                             "SWE-agent's text mode): commands as fenced text in the replies, "
+                             "results as user turns, no tools")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
@@ -126,13 +130,18 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "cache_scope": args.cache_scope,
         "api": args.api,
         "cold": args.cold,
+        "text_actions": args.text_actions,
         "files": {},
     }
     for path in files:
         cases = cases_mod.load_cases(path, args.limit, dedupe=args.replay)
+        name = path.name
+        if args.text_actions:
+            cases = [cases_mod.as_text_actions(c) for c in cases]
+            name += " (text actions)"
         if args.api != NEUTRAL.name:
             cases = [convert_case(c, args.api, args.model, args.opaque) for c in cases]
-        for label, group in _groups(path.name, cases, args.by_dataset, args.by_category):
+        for label, group in _groups(name, cases, args.by_dataset, args.by_category):
             start = time.perf_counter()
             if args.replay:
                 tallies = await run_replay(group, systems, counters[0], args.cache_ratio,

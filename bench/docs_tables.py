@@ -36,6 +36,7 @@ from context_engine.bench.docs_format import (
 
 DATA = {"agent_traces_dev.jsonl": "agent traces", "locomo_dev.jsonl": "LoCoMo",
         "injections_dev.jsonl": "injections", "long_traces_dev.jsonl": "long agent sessions",
+        "long_traces_dev.jsonl (text actions)": "long agent sessions, commands as text",
         "longmemeval_dev.jsonl": "LongMemEval"}
 
 
@@ -131,6 +132,14 @@ def billed(s: dict[str, Any], kind: str) -> str:
     return f"{b['cost_vs_direct']:.3f}× ({signed(b['gap_points'], ' pt')}{most})"
 
 
+def epochs(r: dict[str, Any]) -> str:
+    """`` (64 epochs, 0 other breaks)``: a run with compaction epochs (bench runs made
+    before the count have none)."""
+    if not r.get("epochs"):
+        return ""
+    return f" ({r['epochs']} epochs, {r['breaks_outside_epochs']} other breaks)"
+
+
 def replay(names: list[str]) -> str:
     """Every request point replayed: tokens sent, prefix reuse, cost at the cache ratio, the
     bill under each provider's cache simulator, and evidence visible at the cut points.
@@ -138,7 +147,7 @@ def replay(names: list[str]) -> str:
     def cells(report: dict[str, Any], system: str, s: dict[str, Any], _: Any) -> list[Any] | None:
         r = s["replay"]
         return [system_label(report, system), report["cache_scope"],
-                signed(-100 * s["reduction"][PRIMARY], "%"), pct(r["full_prefix_share"]),
+                signed(-100 * s["reduction"][PRIMARY], "%"), pct(r["full_prefix_share"]) + epochs(r),
                 f"{r['cost_vs_none']:.3f}×", *[billed(s, k) for k in BILLS], by_kind(s)]
 
     return table({"columns": ["data", "system", "cache shared by", "tokens sent",

@@ -82,7 +82,7 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
                   {counter.encoding: total}, out)
         stable, full = stable_prefix_tokens(counter, prev, out.messages, prev_tools, tools)
         tally.add_replay(turn, out.ms, stable, total, None if prev is None else full,
-                         cache_cost(stable, total, cache_ratio))
+                         cache_cost(stable, total, cache_ratio), out.epoch)
         bill.add(request, case.tools, out, counter.request(request, case.tools), total, tools)
         prev, prev_tools = out.messages, tools
     tally.add_bill(bill)

@@ -44,6 +44,7 @@ class Outcome:
     background_ms: float = 0.0  # work done after the request, while the model would reply
     over_deadline: bool = False  # the rewrite took longer than rules_deadline_ms (the server sends the original)
     recall: Any = None  # the engine's recall state (markers made, tool offered)
+    epoch: bool = False  # compact fired a compaction epoch on this request
 
     def tools_sent(self, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         """The ``tools`` the proxy sends upstream (every API): the client's, plus
@@ -54,6 +55,11 @@ class Outcome:
         if getattr(self.recall, "offer", False):
             return [*(tools or []), RECALL_TOOL]
         return tools
+
+
+def fired(ctx: Any) -> bool:
+    """Whether ``compact`` fired an epoch on the request of ``ctx``."""
+    return bool(ctx.compaction is not None and ctx.compaction.fired)
 
 
 class Session(Protocol):
@@ -118,7 +124,7 @@ class _EngineSession:
                        failed_open=rw.result.failed_open,
                        reverted_because=list(rw.result.problems), background_ms=background,
                        over_deadline=ms > 1000 * (self.engine.deadline_for(_size(body)) or float("inf")),
-                       recall=rw.recall)
+                       recall=rw.recall, epoch=fired(ctx))
 
 
 @dataclass

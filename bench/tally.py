@@ -39,6 +39,8 @@ class Tally:
     stable_shares: list[float] = field(default_factory=list)
     full_prefix: int = 0
     prefix_points: int = 0
+    epochs: int = 0  # requests on which compact fired an epoch
+    other_breaks: int = 0  # requests that do not extend the one before, outside an epoch
     cost: float = 0.0
     ms_by_turn: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     bills: dict[str, BillTotals] = field(default_factory=dict)  # per billing model
@@ -87,11 +89,13 @@ class Tally:
             self.lost.append(case_id)
 
     def add_replay(self, turn: int, ms: float, stable: int, total: int, full: bool | None,
-                   cost: float) -> None:
+                   cost: float, epoch: bool = False) -> None:
         self.stable_shares.append(stable / total if total else 0.0)
+        self.epochs += int(epoch)
         if full is not None:
             self.prefix_points += 1
             self.full_prefix += int(full)
+            self.other_breaks += int(not full and not epoch)
         self.cost += cost
         if turn in TURNS:
             self.ms_by_turn[turn].append(ms)
@@ -133,6 +137,8 @@ class Tally:
             out["replay"] = {
                 "prefix_stability_mean": _round(sum(self.stable_shares) / len(self.stable_shares)),
                 "full_prefix_share": _round(ratio(self.full_prefix, self.prefix_points)),
+                "epochs": self.epochs,
+                "breaks_outside_epochs": self.other_breaks,
                 "cost": round(self.cost, 1),
                 "cost_vs_none": _round(ratio(self.cost, none.cost)) if none else None,
                 "latency_ms_at_turn": {str(t): _latency(self.ms_by_turn.get(t, [])) for t in TURNS},

@@ -81,7 +81,7 @@ class _WireSession:
     tally: OpaqueTally
 
     async def rewrite(self, messages: list[Any], tools: Any) -> Any:
-        from context_engine.bench.systems import Outcome
+        from context_engine.bench.systems import Outcome, fired
 
         path, raw = to_wire(self.api, self.inner.model, messages, tools)
         parsed = BY_NAME[self.api].parse(raw, path)
@@ -110,7 +110,8 @@ class _WireSession:
                                                  strip(rw.result.ctx.messages, both),
                                                  rw.result.ctx.system_line),
                        failed_open=rw.result.failed_open or out_raw == raw and rw.result.changed,
-                       reverted_because=list(rw.result.problems), recall=rw.recall)
+                       reverted_because=list(rw.result.problems), recall=rw.recall,
+                       epoch=fired(rw.result.ctx))
 
 
 def _opaque_texts(raw: bytes) -> list[bytes]:

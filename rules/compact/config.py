@@ -18,7 +18,7 @@ class CompactConfig:
     keep_prose: int = option(3, "the last assistant turns whose text is always kept whole (prose: on)")
     prose: bool = option(True, "old assistant turns' text is cleared too (their tool calls stay)")
     keep_related: int = option(4, "an old result whose command names a file that one of the last N assistant turns names stays whole at an epoch (0 = off)")
-    input_chars: int = option(300, "a cleared assistant turn's tool-call arguments longer than this keep their first line and an orig: id (0 = tool inputs kept whole)")
+    input_chars: int = option(300, "a cleared assistant turn's tool-call arguments (a text-action agent's fenced commands) longer than this keep their first line and an orig: id (0 = tool inputs kept whole; a text-action turn's commands go with its text)")
     min_item_tokens: int = option(60, "a result or text shorter than this is never cleared (its placeholder would cost about as much)")
     gist_chars: int = option(300, "a cleared result keeps its skeleton in its placeholder, up to this many characters: definitions with their line numbers, path:line of search hits, traceback frames (the innermost first when they do not fit), error reports (0 = the id alone)")
     clear_at_least: int = option(3000, "an epoch clears at least this many tokens, or does not fire")

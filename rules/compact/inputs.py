@@ -11,6 +11,11 @@ characters keeps its first line and a marker naming its own ``orig:`` id, which
 The call keeps its id, its name and every key of its arguments, so it still pairs with
 its result and is valid on every API. Arguments that are not a JSON object are left as
 they are.
+
+A text-action agent (mini-swe-agent, SWE-agent's text mode) writes its command as a fenced
+block in its reply and has no tool calls. Clearing such a turn's text keeps its fenced
+blocks (``actions``): the command is what the agent did, as a tool call is for a tool
+agent; a long one keeps its first line, and the turn's own ``orig:`` id has the rest.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 from context_engine.proxy.engine.originals import original_id
 
 FIRST_LINE_CHARS = 200
+FENCE = "```"
 
 
 def shortened(value: str, marker: str) -> str:
@@ -45,3 +51,35 @@ def shorten_call(call: Any, limit: int, marker: str) -> tuple[Any, list[str]]:
     values = [args[k] for k in long]
     args = {k: shortened(v, marker) if k in long else v for k, v in args.items()}
     return {**call, "function": {**fn, "arguments": json.dumps(args, ensure_ascii=False)}}, values
+
+
+def fenced(text: str) -> list[str]:
+    """The fenced blocks of ``text`` (fence lines included), in order; an unclosed fence
+    is no block. Linear time."""
+    out: list[str] = []
+    start = text.find(FENCE)
+    while start != -1:
+        body = text.find("\n", start)
+        end = text.find(FENCE, body) if body != -1 else -1
+        if end == -1:
+            break
+        out.append(text[start:end + len(FENCE)])
+        start = text.find(FENCE, end + len(FENCE))
+    return out
+
+
+def actions(text: str, limit: int, marker: str, original: str) -> str:
+    """The fenced blocks of a cleared text-action turn, each with its body shortened to its
+    first line when longer than ``limit`` characters (``original``: the turn's ``orig:`` id,
+    which holds the rest); empty when ``limit`` is 0 or the turn has none."""
+    if limit <= 0:
+        return ""
+    kept = []
+    for block in fenced(text):
+        opening, body = block.split("\n", 1)
+        body = body[:-len(FENCE)].rstrip("\n")
+        if len(body) > limit:
+            first = body.split("\n", 1)[0][:FIRST_LINE_CHARS]
+            body = f"{first}\n{marker} {body.count(chr(10)) + 1} lines; original: {original}"
+        kept.append(f"{opening}\n{body}\n{FENCE}")
+    return "\n".join(kept)

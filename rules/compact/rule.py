@@ -74,19 +74,24 @@ from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
 from context_engine.rules.compact.epochs import Epoch, Line, commit, load, message_hash
 from context_engine.rules.compact.gist import skeleton
-from context_engine.rules.compact.inputs import shorten_call
+from context_engine.rules.compact.inputs import actions, shorten_call
 from context_engine.rules.compact.planner import Prices, plan, trigger
 from context_engine.rules.compact.related import related
 
 CLEARED = "[context-engine:cleared]"
 
 
-def placeholder(m: dict[str, Any], gist_chars: int = 0) -> str:
+def placeholder(m: dict[str, Any], gist_chars: int = 0, input_chars: int = 0) -> str:
     """The in-place text of a cleared message (a function of its content alone): its
-    ``orig:`` id and, for a result, its skeleton (``gist.py``)."""
+    ``orig:`` id and, for a result, its skeleton (``gist.py``); for an assistant turn,
+    the fenced commands it holds when ``input_chars`` is set (``inputs.actions``: pass it
+    for a text-action agent's turns only)."""
     text = text_of(m)
     head = f"{CLEARED} {original_id(text)}"
-    gist = skeleton(text, gist_chars) if m.get("role") != "assistant" else ""
+    if m.get("role") == "assistant":
+        acted = actions(text, input_chars, CLEARED, original_id(text))
+        return f"{head}\n{acted}" if acted else head
+    gist = skeleton(text, gist_chars)
     return f"{head}: {gist}" if gist else head
 
 
@@ -103,7 +108,7 @@ class Compact:
         self.clock = clock
 
     def _candidates(self, original: list[Any], cleared: dict[int, str], agent: bool,
-                    seen: frozenset[int], counter: TokenCounter) -> list[int]:
+                    seen: frozenset[int], counter: TokenCounter, acts: bool) -> list[int]:
         """Client indices an epoch would clear now, in order (``seen``: observations)."""
         pins = set(pinned(original, agent)) | {last_user_index(original)}
         results = [i for i, m in enumerate(original) if isinstance(m, dict)
@@ -115,19 +120,21 @@ class Compact:
         keep |= related(original, results, self.config.keep_related)
         return [i for i in sorted(set(results) | set(prose))
                 if i not in keep and i not in pins and i not in cleared
-                and self._clear(original[i], counter) is not None]
+                and self._clear(original[i], counter, acts) is not None]
 
-    def _clear(self, m: dict[str, Any], counter: TokenCounter) -> tuple[dict[str, Any], list[str]] | None:
+    def _clear(self, m: dict[str, Any], counter: TokenCounter,
+               acts: bool) -> tuple[dict[str, Any], list[str]] | None:
         """The fields of ``m`` clearing replaces (a function of its content) and the tool
         inputs it shortened, or None when there is nothing worth clearing: its text, if at least
         ``min_item_tokens`` and longer than its placeholder (an assistant's only with
-        ``prose``), and an assistant's long tool inputs (``inputs.py``)."""
+        ``prose``; ``acts``: a text-action agent's, whose placeholder keeps its fenced
+        commands), and an assistant's long tool inputs (``inputs.py``)."""
         out: dict[str, Any] = {}
         content = m.get("content")
         assistant = m.get("role") == "assistant"
         if isinstance(content, str) and not content.startswith(CLEARED) and (self.config.prose or not assistant):
             tokens = counter.text(content)
-            text = placeholder(m, self.config.gist_chars)
+            text = placeholder(m, self.config.gist_chars, self.config.input_chars if acts else 0)
             if tokens >= self.config.min_item_tokens and tokens > counter.text(text):
                 out["content"] = text
         values: list[str] = []
@@ -146,7 +153,7 @@ class Compact:
                         or (self.config.prose and m.get("role") == "assistant")))
 
     def _cleared(self, msgs: list[Any], original: list[Any], ids: dict[int, str],
-                 counter: TokenCounter) -> list[Any]:
+                 counter: TokenCounter, acts: bool) -> list[Any]:
         """``msgs`` with the messages of client indices ``ids`` replaced in place."""
         if not ids:
             return msgs
@@ -154,7 +161,7 @@ class Compact:
         out = list(msgs)
         for i in ids:
             j = pos.get(id(original[i]))
-            done = self._clear(original[i], counter) if j is not None else None
+            done = self._clear(original[i], counter, acts) if j is not None else None
             if j is not None and done is not None:
                 out[j] = {**out[j], **done[0]}
         return out
@@ -173,10 +180,12 @@ class Compact:
         cold = self.config.cache_ttl > 0 and last_seen > 0 and now - last_seen > self.config.cache_ttl
         counter = TokenCounter(ctx.encoding)
         prices = Prices.of(ctx.model, self.config)
-        current = self._cleared(list(ctx.messages), original, line.cleared, counter)
+        # a text-action harness (no tool results): a cleared turn keeps its fenced commands
+        acts = not any(isinstance(m, dict) and m.get("role") == "tool" for m in original)
+        current = self._cleared(list(ctx.messages), original, line.cleared, counter, acts)
         marked = self._marks_stable(ctx)
-        stable = self._stable_end(original, line.cleared, agent, counter) if marked else None
-        epoch = self._epoch(ctx, original, line, current, counter, prices, cold, marked)
+        stable = self._stable_end(original, line.cleared, agent, counter, acts) if marked else None
+        epoch = self._epoch(ctx, original, line, current, counter, prices, cold, marked, acts)
         line.seen = now
         fired = epoch is not None
         if epoch is not None and not commit(store, session, line):
@@ -185,7 +194,7 @@ class Compact:
             fired = False
         elif epoch is not None:
             for i in epoch[0]:  # the way back: context_recall finds it by its id
-                fields, inputs = self._clear(original[i], counter) or ({}, [])
+                fields, inputs = self._clear(original[i], counter, acts) or ({}, [])
                 for text in ([text_of(original[i])] if "content" in fields else []) + inputs:
                     keep_original(store, text, scope=ctx.caller)
             current = epoch[1]
@@ -202,18 +211,18 @@ class Compact:
 
     def _epoch(self, ctx: RequestContext, original: list[Any], line: Line, current: list[Any],
                counter: TokenCounter, prices: Prices, cold: bool,
-               marked: bool) -> tuple[list[int], list[Any]] | None:
+               marked: bool, acts: bool) -> tuple[list[int], list[Any]] | None:
         """Fire an epoch on ``line`` when it pays (in place): the client indices it cleared
         and the messages as they now go out."""
         tokens = counter.messages(current)
         if tokens < trigger(ctx.model, self.config):
             return None
         seen = observations(original)
-        new = self._candidates(original, line.cleared, ctx.kind == AGENT, seen, counter)
+        new = self._candidates(original, line.cleared, ctx.kind == AGENT, seen, counter, acts)
         if not new:
             return None
         ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
-        after = self._cleared(list(ctx.messages), original, ids, counter)
+        after = self._cleared(list(ctx.messages), original, ids, counter, acts)
         cleared = tokens - counter.messages(after)
         # the first epoch also adds context_recall to the tools (before every message): the
         # whole request is new; on Anthropic all after the system prompt's breakpoint is,
@@ -243,7 +252,7 @@ class Compact:
         return 0 < marks < MAX_BREAKPOINTS
 
     def _stable_end(self, original: list[Any], cleared: dict[int, str], agent: bool,
-                    counter: TokenCounter) -> int | None:
+                    counter: TokenCounter, acts: bool) -> int | None:
         """Client index of the last message no later epoch changes, given what is
         cleared so far: the one before the first result or assistant turn an epoch could
         still clear (keeping and pins aside). None when that is the newest message."""
@@ -252,7 +261,7 @@ class Compact:
         for i, m in enumerate(original):
             if i in cleared or i in pins or not isinstance(m, dict):
                 continue
-            if (m.get("role") in ("tool", "assistant") or i in seen) and self._clear(m, counter) is not None:
+            if (m.get("role") in ("tool", "assistant") or i in seen) and self._clear(m, counter, acts) is not None:
                 return i - 1 if 0 < i < len(original) else None
         return None
 

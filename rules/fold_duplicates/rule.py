@@ -24,7 +24,12 @@ Cache alignment
     user message, which is the protected last user turn when it arrives) are taken only
     in closed blocks (``context_engine.proxy.engine.messages.closed_prefix_end`` alignment), so the prefix changes
     only at block boundaries. Units this rule may drop (acks, config changes) are not
-    counted for blocks, so applying the rule twice changes nothing more.
+    counted for blocks, so applying the rule twice changes nothing more. In an agent
+    session (``proxy/engine/sessions.py``) a fold is taken when its message arrives or
+    never: between ``compact``'s epochs the cached prefix must not change, and on
+    Anthropic a change deep in the request re-writes it from the last breakpoint before
+    it. So there a repeated user message (a harness's observation, its "EXACTLY ONE
+    action" reminder) stays whole, and acks and config changes stay.
 
 Example (before → after)
     user: make the theme red · assistant: Done. · user: no, blue · user: thanks · … →
@@ -107,6 +112,7 @@ class _Work:
     counter: TokenCounter
     counts: Counter[str]
     pins: frozenset[int] = frozenset()  # pinned user messages (the task; agents' instructions)
+    agent: bool = False  # an agent session: only folds taken on arrival (module docstring)
 
 
 class FoldDuplicates:
@@ -123,10 +129,10 @@ class FoldDuplicates:
         head = system_prefix_len(msgs)
         w = _Work(msgs, list(msgs), head, last_user_index(msgs), self._closed_end(msgs, head),
                   TokenCounter(ctx.encoding), Counter(),
-                  frozenset(pinned(msgs, ctx.kind == AGENT)))
-        if self.config.acks:
+                  frozenset(pinned(msgs, ctx.kind == AGENT)), ctx.kind == AGENT)
+        if self.config.acks and not w.agent:
             self._fold_acks(w)
-        if self.config.superseded:
+        if self.config.superseded and not w.agent:
             self._fold_superseded(w)
         self._fold_repeats(w)
         w.counts["acks"] -= keep_users_apart(w.msgs, w.out)  # an ack between users stays
@@ -227,8 +233,8 @@ class FoldDuplicates:
 
     def _eligible(self, w: _Work, i: int) -> bool:
         if w.msgs[i].get("role") == "user":
-            return i < w.closed_end and i != w.last_user and i not in w.pins
-        return self.config.repeats_in_window or i < w.closed_end
+            return i < w.closed_end and i != w.last_user and i not in w.pins and not w.agent
+        return self.config.repeats_in_window or (i < w.closed_end and not w.agent)
 
     def _tool_repeat(self, w: _Work, i: int, calls: dict[str, tuple[str, str]],
                      seen: dict[Any, str]) -> None:

@@ -80,3 +80,31 @@ def test_the_report_names_its_command_without_where_it_was_written():
     argv = ["locomo", "--json", "/tmp/out.json", "--quiet", "--markdown=/tmp/b.md", "--replay"]
     assert without_outputs(argv) == ["locomo", "--quiet", "--replay"]
     assert without_outputs(["--store", "/tmp/s", "--png", "a.png"], ("--store",)) == ["--png", "a.png"]
+
+
+@_needs("long_traces_dev.jsonl")
+def test_text_actions_send_a_session_as_a_text_action_harness(tmp_path):
+    from context_engine.bench.cases import Case, as_text_actions
+    from context_engine.proxy.engine.sessions import observations, session_kind
+
+    case = load_cases(DATA / "long_traces_dev.jsonl", limit=1, dedupe=True)[0]
+    text = as_text_actions(case)
+    assert text.tools is None and text.cuts == case.cuts and len(text.messages) == len(case.messages)
+    assert not any(m.get("tool_calls") or m["role"] == "tool" for m in text.messages)
+    for before, after in zip(case.messages, text.messages):
+        for call in before.get("tool_calls") or ():
+            assert json.loads(call["function"]["arguments"])["command"] in after["content"]
+        if before["role"] == "tool":
+            assert after == {"role": "user", "content": before["content"]}
+    assert session_kind(text.messages) == "agent" and observations(text.messages)
+    bare = Case("c", [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}])
+    assert as_text_actions(bare).messages[1] == {"role": "assistant", "content": "```bash\nls\n```"}
+
+    out = tmp_path / "text.json"
+    assert main(["long_traces", "--replay", "--text-actions", "--limit", "1", "--systems", "engine",
+                 "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert report["text_actions"] is True
+    engine = report["files"]["long_traces_dev.jsonl (text actions)"]["systems"]["engine"]
+    assert engine["invalid"] == 0 and engine["retained_by_kind"]["task"][0] == engine["retained_by_kind"]["task"][1]

@@ -225,3 +225,56 @@ def test_a_store_outage_fires_no_epoch() -> None:
 def test_bad_sessions_option_is_refused() -> None:
     with pytest.raises(ValueError, match="sessions"):
         rule(sessions="chats")
+
+
+def text_action_session(steps: int, heredoc_at: int = -1) -> list[dict[str, Any]]:
+    """A text-action harness (mini-swe-agent): each command a fenced block in the reply,
+    each result a user turn."""
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "You run one command per reply."},
+                                  {"role": "user", "content": TASK}]
+    for i in range(steps):
+        command = f"grep -n x m{i}"
+        if i == heredoc_at:
+            command = "cat <<'EOF' > fix.py\n" + "\n".join(f"line_{n} = {n}" for n in range(60)) + "\nEOF"
+        msgs += [{"role": "assistant", "content": f"THOUGHT: step {i}. The caller of parse lives in "
+                  f"module {i}; I read its uses to see which argument it passes.\n\n```bash\n{command}\n```"},
+                 {"role": "user", "content": output(i)}]
+    return msgs
+
+
+def test_a_text_action_agents_cleared_turns_keep_their_commands() -> None:
+    store = MemoryStore()
+    msgs = text_action_session(30, heredoc_at=3)
+    out = apply(rule(store), msgs)
+    turns = [i for i in cleared(out.messages) if out.messages[i]["role"] == "assistant"]
+    assert turns and 4 in turns and 8 in turns
+    kept = out.messages[4]["content"]  # step 1: its prose is gone, its command is not
+    assert "THOUGHT" not in kept and kept.endswith("\n```bash\ngrep -n x m1\n```")
+    heredoc = out.messages[8]["content"]  # step 3: the long command keeps its first line
+    ref = REFERENCE.search(heredoc)
+    assert ref is not None and heredoc.count(ref.group(0)) == 2
+    assert "```bash\ncat <<'EOF' > fix.py\n" + CLEARED + " 62 lines; original: " + ref.group(0) in heredoc
+    assert "line_30" not in heredoc
+    assert stored_original(store, ref.group(0), scope="") == msgs[8]["content"]
+    assert_valid_rewrite(msgs, out)
+
+
+def test_a_tool_agents_cleared_turns_keep_their_commands_in_the_calls_only() -> None:
+    msgs = agent_session(30)
+    for m in msgs:
+        if m["role"] == "assistant":
+            m["content"] += "\n\n```bash\ngrep -n x\n```"
+    out = apply(rule(), msgs)
+    turns = [i for i in cleared(out.messages) if out.messages[i]["role"] == "assistant"]
+    assert turns
+    for i in turns:
+        assert FENCE not in out.messages[i]["content"]
+        assert out.messages[i]["tool_calls"] == msgs[i]["tool_calls"]
+
+
+def test_an_unclosed_fence_is_no_command() -> None:
+    from context_engine.rules.compact.inputs import actions, fenced
+
+    assert fenced("a\n```bash\nls\n```\nb\n```py\nprint(1)") == ["```bash\nls\n```"]
+    assert actions("```bash\nls -la\n```", 0, CLEARED, "orig:0") == ""
+    assert actions("no command here", 300, CLEARED, "orig:0") == ""

@@ -101,6 +101,25 @@ def test_block_alignment_keeps_the_prefix_between_boundaries() -> None:
     assert len(changes) <= len(seen) // 4 + 1
 
 
+def test_in_an_agent_session_each_request_extends_the_one_before() -> None:
+    """A text-action harness repeats its format reminder and the agent says "ok": in an
+    agent session nothing already sent changes (a chat folds them when a block closes)."""
+    reminder = "Please always provide EXACTLY ONE action in triple backticks, found 2 actions."
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": "s"},
+                                  {"role": "user", "content": "Fix the parser."}]
+    sent: dict[str, list[list[Any]]] = {"agent": [], "chat": []}
+    for turn in range(16):
+        msgs = msgs + [{"role": "assistant", "content": f"THOUGHT {turn}\n```bash\nls d{turn}\n```"},
+                       {"role": "user", "content": reminder if turn % 4 == 1 else "ok" if turn % 4 == 2
+                        else f"<output>file_{turn}.py</output>"}]
+        for kind, seen in sent.items():
+            seen.append(run_rule(FoldDuplicates, msgs, ctx_kw={"kind": kind}).messages)
+    for kind, seen in sent.items():
+        changes = [i for i in range(1, len(seen)) if seen[i][:len(seen[i - 1])] != seen[i - 1]]
+        assert (changes == []) == (kind == "agent"), kind
+    assert [m["content"] for m in sent["agent"][-1]] == [m["content"] for m in msgs]
+
+
 def test_without_system_prompt_and_with_parts_content() -> None:
     parts = [{"type": "text", "text": "ok"}]
     msgs = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "Hi."},
