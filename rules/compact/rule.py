@@ -224,10 +224,11 @@ class Compact:
         ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
         after = self._cleared(list(ctx.messages), original, ids, counter, acts)
         cleared = tokens - counter.messages(after)
-        # the first epoch also adds context_recall to the tools (before every message): the
-        # whole request is new; on Anthropic all after the system prompt's breakpoint is,
-        # unless the end of the stable prefix carries one (``mark_stable``)
-        first = 0 if not line.epochs else system_prefix_len(after) if prices.breakpoints and not marked \
+        # the first epoch also adds context_recall to the client's tools (before every
+        # message): the whole request is new (a client that sent no tools gets none); on
+        # Anthropic all after the system prompt's breakpoint is, unless the end of the
+        # stable prefix carries one (``mark_stable``)
+        first = 0 if not line.epochs and ctx.tools else system_prefix_len(after) if prices.breakpoints and not marked \
             else min((j for j, (a, b) in enumerate(zip(current, after)) if a is not b),
                      default=len(after))
         after_first = counter.messages(after[first:])

@@ -278,3 +278,18 @@ def test_an_unclosed_fence_is_no_command() -> None:
     assert fenced("a\n```bash\nls\n```\nb\n```py\nprint(1)") == ["```bash\nls\n```"]
     assert actions("```bash\nls -la\n```", 0, CLEARED, "orig:0") == ""
     assert actions("no command here", 300, CLEARED, "orig:0") == ""
+
+
+def test_the_first_epoch_of_a_client_without_tools_misses_from_its_first_change() -> None:
+    """The first epoch adds ``context_recall`` to the client's tools, a change before every
+    message; a client that sent none gets none, so only what the epoch cleared misses."""
+    msgs = text_action_session(30)
+    bash = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    misses = {}
+    for tools in (bash, None):
+        r = rule()
+        ctx = make_ctx(msgs, model="gpt-5", session_id="s1", tools=tools)
+        out = asyncio.run(r.apply(ctx))
+        assert out.compaction is not None and out.compaction.fired
+        misses[bool(tools)] = out.compaction.miss_tokens
+    assert 0 < misses[False] < misses[True]
