@@ -305,6 +305,29 @@ def test_a_repeat_whose_first_copy_left_is_still_a_gap():
     assert align(original, dropped)[1] == [(1, 3, 1), (4, 5, 3)]
 
 
+def test_a_text_turn_cleared_in_place_is_held_not_a_gap():
+    """compact clears a text-action harness's observation in place under its own id: the
+    turn is there, so no "[context-engine:recall] turns … not all shown" line goes in."""
+    from context_engine.proxy.engine.originals import original_id
+    from context_engine.proxy.engine.recall_marks import align, mark
+
+    seen = "<returncode>0</returncode>\n<output>\n" + "src/app.py:12: x = 1\n" * 40 + "</output>"
+    original = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix app.py."},
+                {"role": "assistant", "content": "THOUGHT: look.\n```bash\ngrep -n x src\n```"},
+                {"role": "user", "content": seen},
+                {"role": "assistant", "content": "THOUGHT: edit.\n```bash\nsed -i s/1/2/ src/app.py\n```"},
+                {"role": "user", "content": "<returncode>0</returncode>"}]
+    cleared = {"role": "user", "content": f"[context-engine:cleared] {original_id(seen)}: src/app.py:12"}
+    sent = original[:3] + [cleared] + original[4:]
+    assert align(original, sent) == ({0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5}, [])
+    marked = mark(original, sent, False, 0)
+    assert [m["content"] for m in marked.messages][3] == cleared["content"].replace(
+        original_id(seen), original_id(seen) + " (no recall tool here)")
+    assert marked.turns is None and marked.hidden == [3] and len(marked.messages) == len(sent)
+    other = {"role": "user", "content": "[context-engine:cleared] orig:000000000000"}
+    assert align(original, original[:3] + [other] + original[4:])[1] == [(3, 4, 4)]
+
+
 def _their_original(p, up, secret: str) -> str:
     """Caller sk-a's request stores its tool result; the id its marker names."""
     a = p.client(api_key="sk-a").chat.completions.create(

@@ -2,8 +2,9 @@
 
 Runs after the rules, on the messages about to be sent (``Engine.rewrite``). It lines
 the sent messages up with the client's (``align``): a sent message the client also sent
-is kept; client turns with no counterpart left the request (``retrieve``, ``budget``) or
-were folded into a summary (``summarize``).
+is kept, and so is one a rule rewrote in place under its own ``orig:`` id (``compact``'s
+placeholder of a text turn); client turns with no counterpart left the request
+(``retrieve``, ``budget``) or were folded into a summary (``summarize``).
 
 - An ``orig:<id>`` a rule wrote (``tool_json`` cuts and stubs, ``budget`` stubs,
   summary tool lines) gains `` (context_recall)`` when the model can call the tool, or
@@ -59,6 +60,19 @@ def _same(o: Any, r: Any) -> bool:
     return text_of(o) == text_of(r) and bool(text_of(o))
 
 
+def _in_place(o: Any, r: Any, ids: dict[int, str]) -> bool:
+    """``r`` is ``o`` rewritten in place: the first line of ``r`` names ``o``'s own
+    ``orig:`` id (``ids`` memoises it by ``id(o)``)."""
+    head = text_of(r).split("\n", 1)[0]
+    if "orig:" not in head or not isinstance(o, dict) or o.get("role") != r.get("role"):
+        return False
+    text = text_of(o)
+    if not text:
+        return False
+    own = ids.setdefault(id(o), original_id(text)[len("orig:"):])
+    return own in REFERENCE.findall(head)
+
+
 def _is_ack(sent: list[Any], i: int) -> bool:
     m = sent[i]
     return m.get("role") == "assistant" and m.get("content") == INJECTED_ACK and len(m) == 2
@@ -84,13 +98,15 @@ def align(original: list[Any], sent: list[Any]) -> tuple[dict[int, int], list[tu
     matched: dict[int, int] = {}
     gaps: list[tuple[int, int, int]] = []
     own = {id(m) for m in original}  # a client message under an injected header is its own
+    ids: dict[int, str] = {}
     j = 0
     for i, r in enumerate(sent):
         if not isinstance(r, dict) or (is_injected(r) and id(r) not in own) or _is_ack(sent, i):
             continue
         ref = isinstance(r.get("content"), str) and r["content"].startswith(REPEAT_REF)
         k = next((k for k in range(j, len(original))
-                  if _same(original[k], r) or (ref and _shown_before(original[k], sent, i))), None)
+                  if _same(original[k], r) or (ref and _shown_before(original[k], sent, i))
+                  or _in_place(original[k], r, ids)), None)
         if k is None:
             continue
         if k > j:
