@@ -9,8 +9,9 @@ import pytest
 
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules import REGISTRY
+from context_engine.rules.fold_duplicates.config import FoldDuplicatesConfig
 from context_engine.rules.fold_duplicates.patterns import is_ack, normalize, parse_config_change
-from context_engine.rules.fold_duplicates.rule import FoldDuplicates, FoldDuplicatesConfig
+from context_engine.rules.fold_duplicates.rule import FoldDuplicates
 from tests.harness import content, make_ctx, make_deps, run_rule
 
 COUNTER = TokenCounter("o200k_base")
