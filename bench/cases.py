@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from context_engine.proxy.engine.sessions import FENCE
+
 DATA_ENV = "CONTEXT_ENGINE_DATA"
-FENCE = "```"
 DEV_FILES = ("agent_traces_dev.jsonl", "injections_dev.jsonl", "locomo_dev.jsonl")
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from context_engine.proxy.engine.messages import INJECTED_ACK, REPEAT_REF, is_injected, text_of
-from context_engine.proxy.engine.originals import REFERENCE, original_id
+from context_engine.proxy.engine.originals import PREFIX, REFERENCE, original_id
 
 RECALL_HEADER = "[context-engine:recall]"
 WITH_TOOL = " (context_recall)"
@@ -69,7 +69,7 @@ def _in_place(o: Any, r: Any, ids: dict[int, str]) -> bool:
     text = text_of(o)
     if not text:
         return False
-    own = ids.setdefault(id(o), original_id(text)[len("orig:"):])
+    own = ids.setdefault(id(o), original_id(text)[len(PREFIX):])
     return own in REFERENCE.findall(head)
 
 

@@ -24,9 +24,9 @@ import json
 from typing import Any
 
 from context_engine.proxy.engine.originals import original_id
+from context_engine.proxy.engine.sessions import FENCE
 
 FIRST_LINE_CHARS = 200
-FENCE = "```"
 
 
 def shortened(value: str, marker: str) -> str:
