@@ -6,10 +6,20 @@ import pytest
 
 from context_engine.bench.cases import DEV_FILES, load_cases
 from context_engine.bench.cli import main
-from tests.conftest import DATA
+from tests.conftest import DATA, REPO
 from tests.conftest import needs_data as _needs
 
 needs_data = _needs(*DEV_FILES)
+
+
+def _light_config(tmp_path):
+    """The project's config with the static embedder (wordllama): these tests check the bench's
+    wiring and determinism, and MiniLM would spend most of their time embedding LoCoMo."""
+    text = (REPO / "config.yaml").read_text()
+    assert 'embedder: "auto"' in text
+    path = tmp_path / "config.yaml"
+    path.write_text(text.replace('embedder: "auto"', 'embedder: "wordllama"', 1))
+    return str(path)
 
 
 def _without_latency(value):
@@ -27,6 +37,7 @@ def test_bench_on_real_cases_is_deterministic(tmp_path, capsys):
         path = tmp_path / f"{run}.json"
         # the baselines and the whole pipeline (each rule alone would embed LoCoMo again)
         argv = ["agent_traces", "locomo", "injections", "--limit", "3", "--json", str(path),
+                "--config", _light_config(tmp_path),
                 "--systems", "last_n,mask_observations,engine",
                 "--markdown", str(tmp_path / "bench.md"), "--quiet"]
         assert main(argv) == 0
@@ -50,7 +61,7 @@ def test_bench_on_real_cases_is_deterministic(tmp_path, capsys):
 @needs_data
 def test_replay_on_real_cases(tmp_path):
     path = tmp_path / "replay.json"
-    assert main(["agent_traces", "locomo", "--replay", "--limit", "1", "--systems",
+    assert main(["agent_traces", "locomo", "--replay", "--limit", "1", "--config", _light_config(tmp_path), "--systems",
                  "last_n,mask_observations,engine", "--json", str(path), "--quiet"]) == 0
     report = json.loads(path.read_text())
     locomo = report["files"]["locomo_dev.jsonl"]
