@@ -64,7 +64,7 @@ def _in_place(o: Any, r: Any, ids: dict[int, str]) -> bool:
     """``r`` is ``o`` rewritten in place: the first line of ``r`` names ``o``'s own
     ``orig:`` id (``ids`` memoises it by ``id(o)``)."""
     head = text_of(r).split("\n", 1)[0]
-    if "orig:" not in head or not isinstance(o, dict) or o.get("role") != r.get("role"):
+    if PREFIX not in head or not isinstance(o, dict) or o.get("role") != r.get("role"):
         return False
     text = text_of(o)
     if not text:

@@ -29,9 +29,11 @@ from context_engine.proxy.engine.sessions import FENCE
 FIRST_LINE_CHARS = 200
 
 
-def shortened(value: str, marker: str) -> str:
+def shortened(value: str, marker: str, original: str = "") -> str:
+    """``value``'s first line and a marker naming where the rest is: ``original`` (an
+    ``orig:`` id), else ``value``'s own id."""
     first = value.split("\n", 1)[0][:FIRST_LINE_CHARS]
-    return f"{first}\n{marker} {value.count(chr(10)) + 1} lines; original: {original_id(value)}"
+    return f"{first}\n{marker} {value.count(chr(10)) + 1} lines; original: {original or original_id(value)}"
 
 
 def shorten_call(call: Any, limit: int, marker: str) -> tuple[Any, list[str]]:
@@ -79,7 +81,6 @@ def actions(text: str, limit: int, marker: str, original: str) -> str:
         opening, body = block.split("\n", 1)
         body = body[:-len(FENCE)].rstrip("\n")
         if len(body) > limit:
-            first = body.split("\n", 1)[0][:FIRST_LINE_CHARS]
-            body = f"{first}\n{marker} {body.count(chr(10)) + 1} lines; original: {original}"
+            body = shortened(body, marker, original)
         kept.append(f"{opening}\n{body}\n{FENCE}")
     return "\n".join(kept)
