@@ -62,6 +62,7 @@ from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
+    ClientText,
     is_injected,
     is_injected_ack,
     is_instruction,
@@ -77,6 +78,12 @@ from context_engine.proxy.engine.tokens import TokenCounter
 
 DROPPED = "[context-engine:dropped]"
 _STUB_CHARS = 300
+
+
+def _marked(header: str) -> Callable[[Any], bool]:
+    """Whether a message is one a rule injected under ``header`` (in its first lines: zones
+    may have wrapped it); a client's own text that reads the same is the client's."""
+    return lambda m: not isinstance(m, ClientText) and header in text_of(m)[:_STUB_CHARS]
 _DETAIL = re.compile(r"^(confirmed_facts|preferences|decisions|tool_results):$")
 _KEPT = re.compile(r"^(pending_tasks|revocations):$")
 
@@ -237,16 +244,16 @@ class Budget:
         plan.put(i, {**m, "content": stub}, "tool_output")
 
     def _snippets(self, plan: _Plan, budget: int) -> None:
-        self._drop_marked(plan, budget, MEMORY_HEADER, "snippet")
+        self._drop_marked(plan, budget, _marked(MEMORY_HEADER), "snippet")
 
     def _summaries(self, plan: _Plan, budget: int) -> None:
-        self._drop_marked(plan, budget, SUMMARY_HEADER, "summary")
+        self._drop_marked(plan, budget, _marked(SUMMARY_HEADER), "summary")
 
-    def _drop_marked(self, plan: _Plan, budget: int, header: str, kind: str) -> None:
+    def _drop_marked(self, plan: _Plan, budget: int, marked: Callable[[Any], bool], kind: str) -> None:
         for s, e in plan.alive():
             if plan.total <= budget:
                 return
-            if e - s == 1 and header in text_of(plan.slots[s])[:_STUB_CHARS]:
+            if e - s == 1 and marked(plan.slots[s]):
                 plan.drop_unit(s, e, kind)
 
     def _summary_detail(self, plan: _Plan, budget: int) -> None:
@@ -255,7 +262,7 @@ class Budget:
                 return
             m = plan.slots[s]
             content = m.get("content")
-            if e - s == 1 and isinstance(content, str) and SUMMARY_HEADER in content[:_STUB_CHARS]:
+            if e - s == 1 and isinstance(content, str) and _marked(SUMMARY_HEADER)(m):
                 plan.put(s, {**m, "content": _without_detail(content)}, "summary_detail")
 
     def _turns(self, plan: _Plan, budget: int) -> None:

@@ -132,3 +132,30 @@ def test_claude_codes_request_over_the_budget_reaches_the_upstream_as_sent(start
         assert (mock.received[-1].body == raw) is as_sent
     rows = proxy.rows()
     assert [r["tokens_sent"] == r["tokens_original"] for r in rows] == [True, False]
+
+
+def test_an_encoded_tag_segment_never_turns_a_conversation_into_a_passthrough(start_proxy, mock):
+    """Whatever the encoding of the prefix (a ``%2F`` in the project or agent segment, an
+    encoded segment separator), a request either reaches a conversation route as one (rules,
+    a ledger row) or is refused: the upstream never sees a conversation call that the
+    ledger does not."""
+    proxy = start_proxy()
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Hello there."}]}
+    project = encode_project(PROJECT)
+    tricks = [f"/_tag/codex/{project}%2Fv1%2Fmodels/chat/completions",
+              f"/_tag/codex/{project}%2fv1%2fmodels/chat/completions",
+              f"/_tag/codex%2F{project}/v1%2Fmodels/chat/completions",
+              f"/_tag/codex/{project}%2Fx/v1/chat/completions",
+              f"/_tag%2Fcodex/{project}/v1/models/chat/completions",
+              f"/_tag/co%64ex/{project}/v1/chat/completions",
+              f"/_tag/codex/{project[:-1]}%{ord(project[-1]):02X}/v1/chat/completions"]
+    for path in tricks:
+        before, rows_before = len(mock.received), len(proxy.rows())
+        r = httpx.post(proxy.url + path, json=chat, headers={"authorization": "Bearer sk-test"})
+        reached = [x for x in mock.received[before:] if x.path.endswith("/chat/completions")]
+        rows = proxy.rows()[rows_before:]
+        assert len(reached) == len(rows), (path, r.status_code, [x.path for x in reached])
+        if r.status_code == 200:
+            assert rows and rows[-1]["path"].endswith("/chat/completions"), path
+        else:
+            assert 400 <= r.status_code < 500, (path, r.status_code)

@@ -17,6 +17,7 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -24,6 +25,7 @@ PREFIX = "/_tag/"
 AGENT_HEADER = "x-context-engine-agent"
 PROJECT_HEADER = "x-context-engine-project"
 AGENT = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+PROJECT_SEGMENT = re.compile(r"[A-Za-z0-9_-]{1,1400}")  # base64url of up to 1,024 bytes
 MAX_AGENT, MAX_PROJECT = 40, 1024
 
 
@@ -54,23 +56,41 @@ def tags(headers: Mapping[str, str]) -> tuple[str, str]:
 
 
 class TagPrefix:
-    """ASGI middleware: ``/_tag/<agent>/<project>/rest`` → ``/rest`` plus the two headers."""
+    """ASGI middleware: ``/_tag/<agent>/<project>/rest`` → ``/rest`` plus the two headers.
+
+    The prefix is read once, from the raw path as the client sent it: the agent and the
+    project segments must be plain (no percent-encoding: ``AGENT`` and base64url), and the
+    routed path is the raw rest decoded the way the server decodes any path, so the route
+    that handles a request and the upstream URL built from its raw path always agree (an
+    encoded ``/`` cannot move a conversation call onto a passthrough route). Anything else
+    under ``/_tag/`` is left as it came and answers 404.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(PREFIX):
-            parts = scope["path"][len(PREFIX):].split("/", 2)
-            project = decode_project(parts[1]) if len(parts) == 3 else None
-            if project is not None and AGENT.fullmatch(parts[0]) and "\x00" not in project:
-                rest = "/" + parts[2]
-                raw = scope.get("raw_path")
-                raw_rest = (b"/" + raw.split(b"/", 4)[4]) if isinstance(raw, bytes) \
-                    and raw.count(b"/") >= 4 else rest.encode("latin-1", "replace")
-                headers = [(k, v) for k, v in scope["headers"]
-                           if k.lower() not in (AGENT_HEADER.encode(), PROJECT_HEADER.encode())]
-                headers += [(AGENT_HEADER.encode(), parts[0].encode()),
-                            (PROJECT_HEADER.encode(), project[:MAX_PROJECT].encode("utf-8"))]
-                scope = {**scope, "path": rest, "raw_path": raw_rest, "headers": headers}
+            scope = _untagged(scope) or {**scope, "path": "/_tag/invalid"}
         await self.app(scope, receive, send)
+
+
+def _untagged(scope: Scope) -> Scope | None:
+    """``scope`` with the prefix taken off and turned into headers; None if it is malformed."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        raw = scope["path"].encode("utf-8", "surrogateescape")
+    parts = raw.split(b"/", 4)
+    if len(parts) < 5 or parts[1] != PREFIX.strip("/").encode():
+        return None
+    agent, segment, rest = (p.decode("latin-1") for p in parts[2:5])
+    project = decode_project(segment) if PROJECT_SEGMENT.fullmatch(segment) else None
+    if project is None or not AGENT.fullmatch(agent) or "\x00" in project:
+        return None
+    raw_rest = b"/" + parts[4]
+    headers = [(k, v) for k, v in scope["headers"]
+               if k.lower() not in (AGENT_HEADER.encode(), PROJECT_HEADER.encode())]
+    headers += [(AGENT_HEADER.encode(), agent.encode()),
+                (PROJECT_HEADER.encode(), project[:MAX_PROJECT].encode("utf-8"))]
+    path = unquote(raw_rest.decode("latin-1"))  # as uvicorn decodes a path
+    return {**scope, "path": path, "raw_path": raw_rest, "headers": headers}

@@ -149,14 +149,42 @@ REPEAT_REF = "[repeats the earlier "  # fold_duplicates: a user/assistant repeat
 INJECTED_ACK = "Noted."
 
 
+class ClientText(dict):  # type: ignore[type-arg]
+    """A client's own message whose text opens like one the proxy injects (a user can type
+    ``[context-engine:summary]``): the same JSON as the message, but no rule takes it for
+    the proxy's. The engine marks them before the rules run (``mark_client_text``); a
+    message a rule builds later is a plain dict, so only what the proxy wrote is its own."""
+
+
+def mark_client_text(messages: list[Any]) -> list[Any]:
+    """``messages`` with each user message that opens with a proxy header as ``ClientText``
+    (the same list when none does: the common case costs one scan)."""
+    def typed(m: Any) -> bool:
+        return isinstance(m, dict) and m.get("role") == "user" and \
+            text_of(m).lstrip().startswith((SUMMARY_HEADER, MEMORY_HEADER))
+
+    if not any(typed(m) for m in messages):
+        return messages
+    return [ClientText(m) if typed(m) and not isinstance(m, ClientText) else m for m in messages]
+
+
+def _proxy_user(m: Any) -> bool:
+    return m.get("role") == "user" and not isinstance(m, ClientText)
+
+
 def is_summary(m: Any) -> bool:
     """A summary ``summarize`` put in (a user message under its header); a tool result that
-    happens to open with the header is the tool's own text."""
-    return m.get("role") == "user" and text_of(m).startswith(SUMMARY_HEADER)
+    happens to open with the header is the tool's own text, and a client's is the client's."""
+    return _proxy_user(m) and text_of(m).startswith(SUMMARY_HEADER)
+
+
+def is_memory(m: Any) -> bool:
+    """A memory zone ``retrieve`` put in (never a client's look-alike)."""
+    return _proxy_user(m) and text_of(m).startswith(MEMORY_HEADER)
 
 
 def is_injected(m: Any) -> bool:
-    return m.get("role") == "user" and text_of(m).startswith((SUMMARY_HEADER, MEMORY_HEADER))
+    return _proxy_user(m) and text_of(m).startswith((SUMMARY_HEADER, MEMORY_HEADER))
 
 
 def is_injected_ack(messages: list[Any], i: int) -> bool:

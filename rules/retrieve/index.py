@@ -23,7 +23,7 @@ import faiss
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from context_engine.proxy.engine.messages import SPEAKER, call_index, text_of
+from context_engine.proxy.engine.messages import SPEAKER, ClientText, call_index, text_of
 from context_engine.rules.retrieve.embedding_cache import EmbeddingCache
 from context_engine.rules.retrieve.query import SESSION as _SESSION
 from context_engine.rules.retrieve.query import terms
@@ -128,7 +128,8 @@ def chunk_messages(messages: list[Any], start: int, end: int, max_chunk_chars: i
         found = _SESSION.match(text)
         if found:
             header = f"[{found.group(1)}]"
-        if i < start or i in keep or not text.strip() or text.startswith(skip_prefixes):
+        if i < start or i in keep or not text.strip() or (
+                text.startswith(skip_prefixes) and not isinstance(m, ClientText)):
             continue
         body = text[found.end():] if found else text
         tool = names.get(str(m.get("tool_call_id", "")), "") if m.get("role") == "tool" else ""

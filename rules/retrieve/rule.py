@@ -66,6 +66,7 @@ from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
     fingerprint,
+    is_memory,
     last_user_index,
     system_prefix_len,
     text_of,
@@ -204,7 +205,7 @@ class Retrieve:
     async def apply(self, ctx: RequestContext) -> RequestContext:
         if self.config.sessions == "chat" and ctx.kind == AGENT:
             return ctx  # an agent works from its recent turns: compact plans its session
-        if any(m.get("role") == "user" and text_of(m).startswith(MEMORY_HEADER) for m in ctx.messages):
+        if any(is_memory(m) for m in ctx.messages):
             return ctx  # already rewritten: applying twice changes nothing more
         msgs = list(ctx.messages)
         counter = TokenCounter(ctx.encoding)

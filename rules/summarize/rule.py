@@ -61,6 +61,7 @@ from context_engine.proxy.engine.messages import (
     fingerprint,
     is_injected_ack,
     is_instruction,
+    is_summary,
     last_user_index,
     media_refs,
     separate_users,
@@ -164,10 +165,8 @@ class Summarize:
         start = pinned_prefix_len(msgs) if 0 <= first_user_index(msgs) < last_user \
             else system_prefix_len(msgs)  # the task stays
         for i in range(start, max(last_user, start)):
-            content = msgs[i].get("content")
-            if (isinstance(content, str) and content.startswith(SUMMARY_HEADER)
-                    and msgs[i].get("role") == "user"):  # a user message is a unit of its own
-                start = i + 1
+            if is_summary(msgs[i]) and isinstance(msgs[i].get("content"), str):
+                start = i + 1  # a user message is a unit of its own
         if start < len(msgs) and is_injected_ack(msgs, start):
             start += 1
         spans = units(msgs, start)

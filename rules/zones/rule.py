@@ -85,6 +85,7 @@ from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.messages import (
     MEMORY_HEADER,
     SUMMARY_HEADER,
+    ClientText,
     is_instruction,
     last_user_index,
     system_prefix_len,
@@ -153,7 +154,7 @@ class Zones:
                 continue
             new, n = _wrap_message(m, zone, marker)
             if new is not m:
-                out[i] = new
+                out[i] = ClientText(new) if isinstance(m, ClientText) else new
                 wrapped[zone] += 1
                 defanged += n
         line = SYSTEM_LINE.format(marker=marker)
@@ -183,7 +184,7 @@ class Zones:
         role, content = m.get("role"), m.get("content")
         if role in ("tool", "function"):
             return "tool" if self.config.wrap_tool else None
-        if self.config.wrap_injected and isinstance(content, str):
+        if self.config.wrap_injected and isinstance(content, str) and not isinstance(m, ClientText):
             for header, zone in HEADERS:
                 if content.startswith(header):
                     return zone
