@@ -31,12 +31,17 @@ def _settings(args: argparse.Namespace) -> Settings:
 def cmd_serve(args: argparse.Namespace) -> int:
     from context_engine.proxy.edge.app import create_app
     from context_engine.proxy.edge.heap import settle_heap
+    from context_engine.proxy.edge.launch_identity import launcher_routes, take_secret
     from context_engine.proxy.edge.shutdown import serve
+    from context_engine.proxy.store.files import private_umask
 
+    private_umask()  # the ledger, the store and anything else this process writes: owner only
+    launch_secret = take_secret()  # from `context-engine run`: out of the environment at once
     settings = _settings(args)
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
+    app.router.routes[:0] = launcher_routes(launch_secret)  # proxy/edge/launch_identity.py
     logging.getLogger("context_engine").info(
         "context-engine on http://%s:%d → %s, mode %s, rules: %s", settings.host, settings.port,
         redact_url(settings.upstream), settings.mode,
@@ -45,7 +50,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # the app's shutdown finishes their rows and closes, all within a container's grace
     # period (proxy/edge/shutdown.py). A second Ctrl-C (SIGINT) exits at once.
     settle_heap()  # what start-up built is never walked by the collector again
-    serve(app, server_options(settings))
+    fd = {"fd": args.fd} if getattr(args, "fd", None) is not None else {}  # `run` bound it: no race
+    serve(app, {**server_options(settings), **fd})
     return 0
 
 
@@ -153,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the proxy")
     _serve_flags(p)
+    p.add_argument("--fd", type=int, help="listen on this inherited, bound socket (for `run`)")
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("report", help="the bill before and after, from the ledger")
     _serve_flags(p)
@@ -190,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_flags(p)
     p.add_argument("--offline", action="store_true", help="skip the upstream reachability check")
     p.set_defaults(func=cmd_doctor)
+    from context_engine.proxy.store.purge import add_parser as add_purge
+
+    add_purge(sub, _serve_flags, _settings)
     sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)
     sub.add_parser("eval", help="ask a model the cases' questions with and without the rules "
                    "(see eval --help)", add_help=False)

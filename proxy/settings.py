@@ -39,6 +39,10 @@ class Settings:
                 "empty = the upstream's keys guard the API"})
     allowed_hosts: str = field(default="", metadata={
         "help": "extra Host names accepted on loopback, comma separated (DNS-rebinding guard)"})
+    allowed_origins: str = field(default="", metadata={
+        "help": "browser origins (scheme://host[:port]) that may call the proxy, comma separated; "
+                "a request from any other web page (an Origin or a cross-site Sec-Fetch-Site "
+                "header) gets 403"})
     session_key: str = field(default="", metadata={
         "help": "secret keying caller scopes in session ids; empty = derived from the store"})
     port: int = field(default=8787, metadata={"help": "port to listen on"})
@@ -66,8 +70,10 @@ class Settings:
         "help": "connections served at once (uvicorn limit_concurrency; 503 beyond)"})
     ledger: str = field(default=".context-engine/ledger.db", metadata={
         "help": "one row per request: a SQLite file path, or postgresql://… shared by replicas"})
-    ledger_retention_days: float = field(
-        default=0.0, metadata={"help": "delete ledger rows older than this many days (0 = keep forever)"})
+    ledger_retention_days: float = field(default=90.0, metadata={
+        "help": "delete ledger rows older than this many days, at start-up and hourly (0 = keep "
+                "forever); 90 days covers a quarter's reports, and rows hold session ids, "
+                "project folders and error texts nobody needs for longer"})
     replica: str = field(default="", metadata={
         "help": "this process's name in the ledger's replica column (default: host name:port)"})
     otel: bool = field(default=False, metadata={
@@ -75,8 +81,12 @@ class Settings:
     store: str = field(default=".context-engine/store",
                        metadata={"help": "store: a directory (diskcache), memory://, redis://…"})
     store_ttl_days: float = field(default=30.0, metadata={
-        "help": "redis:// store: a key expires this many days after it was last written or "
-                "read (0 = never)"})
+        "help": "every store: a key (a stored tool result, a summary) expires this many days "
+                "after it was last written or read (0 = never)"})
+    store_scope_bytes: int = field(default=64 * 1024 * 1024, metadata={
+        "help": "bytes each caller scope (API key) may occupy in the store; past it that "
+                "scope's least recently used keys leave, no one else's (0 = no bound; "
+                "memory://: at most a quarter of the store each)"})
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
@@ -233,6 +243,8 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"ledger: {exc}") from None
     if s.store_ttl_days < 0:
         raise ConfigError(f"store_ttl_days: {s.store_ttl_days} must be 0 (never expire) or more")
+    if s.store_scope_bytes < 0:
+        raise ConfigError(f"store_scope_bytes: {s.store_scope_bytes} must be 0 (no bound) or more")
     if s.ledger_retention_days < 0:
         raise ConfigError(f"ledger_retention_days: {s.ledger_retention_days} must be 0 (keep) or more")
     if s.rules_deadline_ms < 0 or s.rule_workers < 0 or s.rules_queue < 1:

@@ -75,8 +75,10 @@ def test_every_header_that_carries_a_key_scopes_the_caller() -> None:
     anthropic = caller_hash({"x-api-key": "sk-alice"}, KEY)
     assert azure == anthropic  # one key, whichever header carries it
     assert len({anon, azure, caller_hash({"api-key": "sk-bob"}, KEY)}) == 3
-    # Authorization wins when a client sends several
-    assert caller_hash({**ALICE, "x-api-key": "sk-bob"}, KEY) == caller_hash(ALICE, KEY)
+    # several are scoped together: any one of them differing is another caller
+    assert caller_hash({**ALICE, "x-api-key": "sk-bob"}, KEY) != caller_hash(ALICE, KEY)
+    assert caller_hash({**ALICE, "x-api-key": "sk-bob"}, KEY) != \
+        caller_hash({**ALICE, "x-api-key": "sk-eve"}, KEY)
 
 
 def test_keys_that_are_not_utf8_still_scope() -> None:

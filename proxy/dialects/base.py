@@ -19,6 +19,7 @@ original text at their original place.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,11 +127,60 @@ def groups(messages: list[Any]) -> list[Group]:
     return out
 
 
-def call_of(calls: Any, key: str) -> dict[str, Any] | None:
+def first_by_id(calls: Any) -> dict[str, dict[str, Any]]:
+    """Each string id's first call, in one pass."""
+    out: dict[str, dict[str, Any]] = {}
     for c in calls or ():
-        if isinstance(c, dict) and c.get("id") == key:
-            return c
-    return None
+        if isinstance(c, dict) and isinstance(c.get("id"), str):
+            out.setdefault(c["id"], c)
+    return out
+
+
+class Pending:
+    """A message's calls not placed yet: ``take(id)`` hands out the first one left with
+    that id, in O(1) (no scan of the list per call); ``rest`` the others, in order."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        self.calls = calls
+        self.used = [False] * len(calls)
+        self.by_id: dict[str, deque[int]] = {}
+        for n, c in enumerate(calls):
+            if isinstance(c, dict) and isinstance(c.get("id"), str):
+                self.by_id.setdefault(c["id"], deque()).append(n)
+
+    def take(self, key: str) -> dict[str, Any] | None:
+        left = self.by_id.get(key)
+        if not left:
+            return None
+        n = left.popleft()
+        self.used[n] = True
+        call: dict[str, Any] = self.calls[n]
+        return call
+
+    def rest(self) -> list[Any]:
+        return [c for c, used in zip(self.calls, self.used) if not used]
+
+
+def same_raw(units: list[Unit]) -> Callable[[Any], str | None]:
+    """A lookup of the original text of a unit whose object equals a given one (the
+    first such unit), by a canonical key: one pass over ``units``, O(1) per look-up,
+    so a turn of n unchanged parts is written back in O(n), not O(n²)."""
+    index: dict[str, Unit] = {}
+    for u in units:
+        index.setdefault(_canonical(u.obj), u)
+
+    def find(obj: Any) -> str | None:
+        u = index.get(_canonical(obj))
+        return u.raw if u is not None and u.obj == obj else None
+
+    return find
+
+
+def _canonical(obj: Any) -> str:
+    try:
+        return json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):  # not JSON (a rule's odd value): matches nothing
+        return f"\x00{id(obj)}"
 
 
 Build = Callable[[Unit, dict[str, Any]], str]
@@ -143,17 +193,19 @@ def rebuild_units(c: Container, g: Group, content: Callable[[dict[str, Any]], li
 
     Unchanged units keep their text; opaque units go out as they came, if the group holds
     the container's main message; the main message's new content replaces its content
-    units at the first one's place; calls and results are kept, patched or dropped by id.
+    units at the first one's place; calls and results are kept, patched or dropped by id
+    (looked up in dicts: linear in the units).
     """
     orig_main = next((m for m in c.messages if m.get("role") != "tool"), None)
     orig_results = {str(m.get("tool_call_id")): m for m in c.messages if m.get("role") == "tool"}
+    orig_calls = first_by_id((orig_main or {}).get("tool_calls"))
     main, results = g.main, g.results()
     same_content = main is not None and orig_main is not None and \
         main.get("content") == orig_main.get("content")
     out: list[str] = []
     placed = False
     first_call = -1
-    calls = list((main or {}).get("tool_calls") or ())
+    calls = Pending(list((main or {}).get("tool_calls") or ()))
     for u in c.units:
         if u.kind == "opaque":
             if main is not None:
@@ -168,12 +220,10 @@ def rebuild_units(c: Container, g: Group, content: Callable[[dict[str, Any]], li
                 placed = True
         elif u.kind == "call":
             first_call = len(out) if first_call < 0 else first_call
-            new = call_of(calls, u.key)
+            new = calls.take(u.key)
             if new is None:
                 continue
-            calls.remove(new)
-            old = call_of((orig_main or {}).get("tool_calls"), u.key)
-            out.append(u.raw if new == old else patch_call(u, new))
+            out.append(u.raw if new == orig_calls.get(u.key) else patch_call(u, new))
         elif u.kind == "result":
             res = results.get(u.key)
             if res is None:
@@ -182,7 +232,7 @@ def rebuild_units(c: Container, g: Group, content: Callable[[dict[str, Any]], li
     if main is not None and not same_content and not placed:
         at = first_call if first_call >= 0 else len(out)
         out[at:at] = content(main)
-    out.extend(new_call(call) for call in calls)
+    out.extend(new_call(call) for call in calls.rest())
     return out
 
 
@@ -225,3 +275,19 @@ class Parsed:
     splice: Callable[[list[Any]], bytes]
     notes: dict[str, Any] = field(default_factory=dict)
     rewritable: bool = True  # false: the body goes out as sent (lone surrogates)
+    # more neutral messages than the ``max_items`` the parse was given: ``chat`` holds only
+    # the head (``HEAD``), read for the session id; the rest was never translated
+    over: bool = False
+
+
+HEAD = 64  # containers read of a request over the message cap (its first turns)
+INSTRUCTIONS = ("system", "developer")  # the roles a session id reads besides "user"
+
+
+def head_read(messages: list[dict[str, Any]], n: int, following: Any) -> bool:
+    """Whether an over-cap request's first ``n`` containers (``messages``, translated)
+    are enough: they hold its first user and instruction messages, or ``n`` is ``HEAD``,
+    or the next container holds more than ``HEAD`` parts (``following``: its parts)."""
+    roles = {m.get("role") for m in messages}
+    return n >= HEAD or (isinstance(following, list) and len(following) > HEAD) or (
+        "user" in roles and not roles.isdisjoint(INSTRUCTIONS))

@@ -10,7 +10,8 @@ conversation (chat-completions messages, ``proxy.dialects.base``):
   the paths it serves, ``passthrough`` the routes of its other endpoints (forwarded as
   they are), ``versioned_paths`` whether its paths carry the API version;
 - **the caller**: where its API key travels (``key_headers``, ``key_query``), for the
-  caller's scope and for spotting requests without one;
+  caller's scope (``credential``: every credential presented, the client token too) and
+  for spotting requests without one (``has_credential``: what goes upstream);
 - **the response**: ``take_usage`` reads a body or one stream event into ``Usage``,
   ``ends`` says whether an event is the stream's own end, ``error_body`` writes the
   proxy's own errors in the API's shape (``speaks`` tells a client of this API on a
@@ -36,6 +37,7 @@ from context_engine.proxy.dialects.base import Parsed
 from context_engine.proxy.dialects.recall_wire import Wire
 from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.dialects.writing import Opaque
+from context_engine.proxy.engine.session import TOKEN_HEADER, presented
 from context_engine.proxy.errors import ProxyError
 
 
@@ -73,8 +75,10 @@ class Dialect(Protocol):
     @property
     def recall(self) -> Wire: ...
 
-    def parse(self, raw: bytes, path: str = "") -> Parsed:
-        """The request (``path``: where it was sent); ``BadRequest`` when invalid."""
+    def parse(self, raw: bytes, path: str = "", max_items: int = 0) -> Parsed:
+        """The request (``path``: where it was sent); ``BadRequest`` when invalid. With
+        ``max_items`` (the message cap), a request that makes more neutral messages is
+        counted first and only its head translated (``Parsed.over``)."""
 
     def error_body(self, exc: ProxyError) -> bytes: ...
 
@@ -109,11 +113,18 @@ class DialectBase:
         return False
 
     def credential(self, headers: Mapping[str, str], query: str) -> str:
-        """The caller's key: the first key header set, else the query's key."""
-        for name in self.key_headers:
-            if headers.get(name, ""):
-                return headers[name]
-        return self._query_key(query)
+        """Every credential the caller presents, canonically (``session.presented``): each
+        key header set (each value of a repeated one), the query's key (each value), and
+        the client token (``X-Context-Engine-Token``, kept from the upstream but the
+        caller's all the same). Any difference in what the upstream checks is a
+        different scope; a single key is its value alone."""
+        getlist = getattr(headers, "getlist", None)
+        found: list[tuple[str, str]] = []
+        for name in dict.fromkeys((*self.key_headers, TOKEN_HEADER)):
+            values = getlist(name) if getlist is not None else [headers.get(name, "")]
+            found += [(name, v) for v in values]
+        found += [("?" + self.key_query, v) for v in self._query_keys(query)]
+        return presented(found)
 
     def has_credential(self, headers: Iterable[tuple[bytes, bytes]], query: str) -> bool:
         names = {n.encode() for n in self.key_headers}
@@ -121,6 +132,9 @@ class DialectBase:
             bool(self._query_key(query).strip())
 
     def _query_key(self, query: str) -> str:
+        return next(iter(self._query_keys(query)), "")
+
+    def _query_keys(self, query: str) -> list[str]:
         if not self.key_query or not query:
-            return ""
-        return next((v for k, v in parse_qsl(query) if k == self.key_query), "")
+            return []
+        return [v for k, v in parse_qsl(query, keep_blank_values=True) if k == self.key_query]

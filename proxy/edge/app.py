@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from context_engine.proxy import __version__
+from context_engine.proxy import __version__, log_redaction
 from context_engine.proxy.dialects.registry import DIALECTS, for_client
 from context_engine.proxy.edge import shutdown
 from context_engine.proxy.edge.conversation import Conversation
@@ -33,6 +33,7 @@ from context_engine.proxy.edge.exposure import (
 )
 from context_engine.proxy.edge.health import health, watch
 from context_engine.proxy.edge.keyless import KeylessRefusals
+from context_engine.proxy.edge.origin import OriginCheck, allowed_origins
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.tags import TagPrefix
 from context_engine.proxy.engine.engine import Engine
@@ -76,6 +77,7 @@ def create_app(settings: Settings, engine: Engine | None = None,
     """``tracer``: a ``context_engine.proxy.recording.tracing.RequestTracer`` (made from the OTEL_* variables when
     ``otel`` is on and none is given)."""
     check_exposure(settings)
+    log_redaction.install()  # no log record, from any library, holds a key or a query
     ledger = ledger if ledger is not None else open_ledger(settings)
     engine = engine or Engine(settings)
     quiet_server_aborts()
@@ -151,7 +153,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
         *(Route(path, passthrough.handle, methods=METHODS) for d in DIALECTS for path in d.passthrough),
     ]
     allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
-    middleware = [Middleware(TagPrefix)]
+    middleware = [Middleware(OriginCheck, allowed=allowed_origins(settings.allowed_origins)),
+                  Middleware(TagPrefix)]
     if is_loopback(settings.host):
         middleware.append(Middleware(HostCheck, allowed=allowed))
     if client_tokens(settings):

@@ -89,13 +89,16 @@ class Conversation:
         headers = request_headers(request.headers.raw, kept_here(request.scope))
         query = request.url.query
         has_key = self.dialect.has_credential(headers, query)
+        secret = self.dialect.credential(request.headers, query)
+        caller = caller_hash(request.headers, self.session_key, secret)
         try:
             url = self.upstream.url_for(request.scope, self.dialect.versioned_paths)
             raw = await self.intake.read(request, ticket)
             mode = modes.resolve(request.headers, self.settings.mode)
-            if self.keyless.skip(has_key):  # the upstream will refuse it: not even parsed
-                return await self._refused(request, url, headers, raw, mode, t0, arrived)
-            body = await off_loop(len(raw), self.dialect.parse, raw, request.url.path)
+            if self.keyless.skip(caller, has_key):  # the upstream will refuse it: not even parsed
+                return await self._refused(request, url, headers, raw, mode, t0, arrived, caller)
+            body = await off_loop(len(raw), self.dialect.parse, raw, request.url.path,
+                                  self.settings.rules_max_messages)  # over it: the head only
         except ProxyError as exc:
             return self._error(exc)
         try:
@@ -105,7 +108,8 @@ class Conversation:
         self.finisher.begin()
         offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
         try:
-            received, rewritten, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer)
+            received, rewritten, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer,
+                                                                    secret)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
@@ -127,23 +131,32 @@ class Conversation:
         try:
             r = await self.upstream.send("POST", url, headers, out)
         except ProxyError as exc:
+            await self.engine.settle(rewrite, exc.status)  # unreachable (502/504): not a refusal
             answered = Answered(exc.status, exc.message, (time.perf_counter() - started) * 1000)
             self.finisher.schedule(received, rewritten, answered, body.chat, rewrite, Usage(),
                                    shadow=False, size=len(raw))
             return self._error(exc)
         except asyncio.CancelledError:  # shutdown cut it (proxy/edge/shutdown.py): still a row
+            if rewrite is not None and rewrite.pending is not None:
+                rewrite.pending.drop()  # nothing is known of its answer
             answered = Answered(503, "cut by shutdown before the upstream answered",
                                 (time.perf_counter() - started) * 1000)
             self.finisher.schedule(received, rewritten, answered, body.chat, rewrite, Usage(),
                                    shadow=False, size=len(raw))
             raise
-        self.keyless.observe(has_key, r.status_code)
+        self.keyless.observe(caller, has_key, r.status_code)
+        try:
+            await self.engine.settle(rewrite, r.status_code)  # a refusal (4xx) leaves the store as it was
+        except BaseException:  # cancelled (the client left): the reply is let go
+            await r.aclose()
+            raise
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             cost = loop.cost() if loop is not None else (0, 0, 0)
             self.finisher.schedule(received, rewritten, Answered.of(usage, status, upstream_ms, error, cost),
                                    body.chat, rewrite, usage,
-                                   shadow=arm == "shadow" and body.rewritable, size=len(raw))
+                                   shadow=arm == "shadow" and body.rewritable and not body.over,
+                                   size=len(raw))
 
         extra = [(b"x-context-engine-tokens-before", str(rewritten.tokens_original).encode()),
                  (b"x-context-engine-tokens-after", str(rewritten.tokens_sent).encode())]
@@ -166,17 +179,18 @@ class Conversation:
                            coalesce_s=self.coalesce_s)
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
-                       choice: str | None = None,
-                       offer: bool = False) -> tuple[Received, Rewritten, Rewrite | None, bytes]:
+                       choice: str | None = None, offer: bool = False,
+                       secret: str = "") -> tuple[Received, Rewritten, Rewrite | None, bytes]:
         """The ledger row's ``Received`` and ``Rewritten`` parts, the rewrite (rewrite arm
-        only) and the bytes to send upstream."""
-        secret = self.dialect.credential(request.headers, request.url.query)
+        only) and the bytes to send upstream; ``secret``: the caller's credentials
+        (``Dialect.credential``)."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key, secret)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         agent, project = tags(request.headers)
         notes = dict(body.notes)
         rewrite = None
-        too_big = cap_exceeded(self.settings, len(raw), body.chat.get("messages"))  # before any work starts
+        too_big = cap_exceeded(self.settings, len(raw), body.chat.get("messages")) or (
+            "rules_max_messages" if body.over else "")  # before any work starts
         if too_big and arm == "rewrite":
             notes["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
@@ -186,7 +200,8 @@ class Conversation:
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
             if arm == "rewrite" and (choice == "off" or too_big):
                 arm = "bypass"
-            rewritten = Rewritten.counted(await off_loop(len(raw), self.engine.count, body.chat))
+            rewritten = Rewritten.counted(len(raw) // 4 if body.over else  # over the cap: not translated
+                                          await off_loop(len(raw), self.engine.count, body.chat))
         received = Received(session=sid, model=model_name(body.chat.get("model")), mode=mode,
                             arm=arm, path=request.url.path, api=self.dialect.name,
                             stream=body.stream, agent=agent, project=project, notes=notes,
@@ -203,7 +218,7 @@ class Conversation:
         return received, rewritten, rewrite, out
 
     async def _refused(self, request: Request, url: str, headers: list[tuple[bytes, bytes]],
-                       raw: bytes, mode: str, t0: float, arrived: float) -> Response:
+                       raw: bytes, mode: str, t0: float, arrived: float, caller: str) -> Response:
         """A request without a credential to an upstream that refuses those
         (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
         self.finisher.begin()
@@ -222,7 +237,7 @@ class Conversation:
             if isinstance(exc, ProxyError):
                 return self._error(exc)
             raise
-        self.keyless.observe(False, r.status_code)
+        self.keyless.observe(caller, False, r.status_code)
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             self.finisher.schedule(received, counted, Answered(status, error, upstream_ms), nothing, None,

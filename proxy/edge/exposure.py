@@ -48,7 +48,8 @@ def is_loopback(host: str) -> bool:
 
 
 MIN_CLIENT_TOKEN = 16
-ADMIN_PATHS = frozenset({"/healthz", "/metrics", "/stats", "/dashboard"})
+ADMIN_PATHS = frozenset({"/healthz", "/metrics", "/stats", "/dashboard",
+                         "/_launcher/identity", "/_launcher/stop"})  # launch_identity.py
 TOKEN_HEADER = b"x-context-engine-token"
 
 

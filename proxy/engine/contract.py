@@ -86,6 +86,15 @@ class Prefetching(Protocol):
 
 
 @runtime_checkable
+class Forgetting(Protocol):
+    """A rule that queues background work per session (``Prefetching``): ``forget``
+    drops what a session's last request queued, when the upstream refused that request
+    (``proxy/engine/commits.py``): a refused request leaves nothing to do behind."""
+
+    def forget(self, session: str) -> None: ...
+
+
+@runtime_checkable
 class Fencing(Protocol):
     """A rule that fences data: ``fence(session_id, text)`` is ``text`` fenced as it would
     fence a tool result of the session. When the rule ran on a request (its journal note

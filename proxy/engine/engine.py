@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from context_engine.proxy.engine import profiles
 from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, mark_stable, restore
+from context_engine.proxy.engine.commits import Commits
 from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import (
     Embedder,
     Embedding,
+    Forgetting,
     Prefetching,
     Registry,
     Rule,
@@ -29,12 +31,15 @@ from context_engine.proxy.engine.lanes import (
     LaneClosed,
     RequestLane,
     limit_blas_threads,
+    observe,
 )
-from context_engine.proxy.engine.messages import text_of
+from context_engine.proxy.engine.messages import mark_client_text, text_of
+from context_engine.proxy.engine.pending_writes import PendingWrites, RoutedStore
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
 from context_engine.proxy.engine.recall_state import RecallState, apply_recall
 from context_engine.proxy.engine.sessions import session_kind
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
+from context_engine.proxy.store.scopes import writing_as
 from context_engine.proxy.store.stores import Store, open_store
 
 if TYPE_CHECKING:  # the settings import the rules, which import the engine
@@ -49,6 +54,7 @@ class Rewrite:
     encoding: str
     encoding_fallback: bool
     recall: RecallState | None = None  # markers made; whether context_recall is offered
+    pending: PendingWrites | None = None  # its store writes, when held for ``Engine.settle``
 
 
 class Engine:
@@ -56,8 +62,10 @@ class Engine:
                  rules: list[Rule] | None = None, embedder: Embedder | None = None,
                  registry: Registry | None = None) -> None:
         self.settings = settings
-        self.store = store if store is not None else open_store(settings.store, settings.store_ttl_days * 86400)
-        self.deps = RuleDeps(store=self.store, embedder=embedder)
+        self.store = store if store is not None else open_store(settings.store, settings.store_ttl_days * 86400,
+                                                                settings.store_scope_bytes)
+        self.routed = RoutedStore(self.store)  # the rules write into the rewrite's PendingWrites
+        self.deps = RuleDeps(store=self.routed, embedder=embedder)
         self.stats = PipelineStats()
         self.pipeline = Pipeline(rules if rules is not None else settings.build_rules(self.deps, registry),
                                  self.stats)
@@ -84,16 +92,20 @@ class Engine:
         self._worker_loop = threading.local()
         if any(p.rules for p in self.pipelines.values()):
             limit_blas_threads(1)
+        self.commits = Commits(self.queue_prefetch, [  # held writes, committed in ``settle``
+            r for r in {id(r): r for p in self.pipelines.values() for r in p.rules}.values()
+            if isinstance(r, Forgetting)])
 
     def _rewrite_in_worker(self, body: dict[str, Any], session_id: str,
                            choice: str | None = None, can_offer: bool = False,
                            caller: str = "", deadline: float | None = None,
-                           agent: str = "") -> Rewrite:
+                           agent: str = "", hold: bool = True) -> Rewrite:
         loop = getattr(self._worker_loop, "loop", None)
         if loop is None:
             loop = self._worker_loop.loop = asyncio.new_event_loop()
+        self.commits.wait(session_id)  # the session's previous request's writes first
         return loop.run_until_complete(self.rewrite(body, session_id, choice, can_offer, caller,
-                                                    deadline, agent))
+                                                    deadline, agent, hold))
 
     def deadline_for(self, size: int) -> float | None:
         """Seconds a rewrite of a ``size``-byte request may take: ``rules_deadline_ms``,
@@ -117,7 +129,8 @@ class Engine:
         ``caller`` (the API key's scope) gets its fair share of the lane; ``agent``: the
         client's agent tag."""
         if not any(p.rules for p in self.pipelines.values()):
-            return await self.rewrite(body, session_id, choice, can_offer, caller, agent=agent)
+            return await self.rewrite(body, session_id, choice, can_offer, caller, agent=agent,
+                                      hold=True)
         allowed = self.deadline_for(size)
         deadline = time.monotonic() + allowed if allowed is not None else None
         job = self.requests.submit(session_id, functools.partial(self._rewrite_in_worker, body,
@@ -126,9 +139,8 @@ class Engine:
         if job is None:
             self.stats.add("shed")
             return self._original(body, session_id, "rules lane full")
-        job.future.add_done_callback(lambda _: self.queue_prefetch())  # also past the deadline
         done = asyncio.wrap_future(job.future)
-        done.add_done_callback(_observe)
+        done.add_done_callback(observe)
         try:
             result = await asyncio.wait_for(asyncio.shield(done), allowed)
         except TimeoutError:
@@ -145,7 +157,7 @@ class Engine:
 
         def job() -> None:
             try:
-                future.set_result(self._rewrite_in_worker(body, session_id))
+                future.set_result(self._rewrite_in_worker(body, session_id, hold=False))
             except Exception as exc:
                 future.set_exception(exc)
 
@@ -196,6 +208,7 @@ class Engine:
     def close(self) -> None:
         self.background.closing = True  # a running prefetch stops at its next pause
         self.requests.close()
+        self.commits.close()
         self.background.close()
 
     def count(self, body: dict[str, Any]) -> int:
@@ -210,16 +223,17 @@ class Engine:
         counter, fallback = counter_for_model(model)
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         tools = body.get("tools")
+        messages = mark_client_text(body["messages"])  # a client's look-alike markers stay its own
         ctx = RequestContext(
-            messages=body["messages"],
+            messages=messages,
             model=model,
             tools=tools if isinstance(tools, list) else None,
             session_id=session_id,
             caller=caller,
             encoding=counter.encoding,
             max_tokens=max_tokens if isinstance(max_tokens, int) else None,
-            original=body["messages"],
-            kind=session_kind(body["messages"], self.settings.session_kind),
+            original=messages,
+            kind=session_kind(messages, self.settings.session_kind),
             agent=agent,
         )
         return ctx, counter, fallback
@@ -243,13 +257,32 @@ class Engine:
 
     async def rewrite(self, body: dict[str, Any], session_id: str, choice: str | None = None,
                       can_offer: bool = False, caller: str = "",
-                      deadline: float | None = None, agent: str = "") -> Rewrite:
+                      deadline: float | None = None, agent: str = "",
+                      hold: bool = False) -> Rewrite:
         """Run the pipeline over a parsed chat-completions body (not mutated): the model's
         profile, or ``choice`` (X-Context-Engine-Rules); the client's cache breakpoints
         are then put back (``proxy/engine/breakpoints.py``); then the recall markers, and whether
         ``context_recall`` is offered (``can_offer``: the API and the client allow it).
         ``caller`` is the caller's scope: originals are stored and recalled per caller;
-        ``agent`` the client's agent tag."""
+        ``agent`` the client's agent tag. Store writes are committed before it returns, or
+        with ``hold`` kept in ``Rewrite.pending`` until the upstream answers (``settle``)."""
+        pending = PendingWrites(self.store, caller, session_id)
+        with self.routed.pending(pending), writing_as(caller, session_id):
+            rewrite = await self._rewrite(body, session_id, choice, can_offer, caller, deadline,
+                                          agent, pending)
+        if not hold:
+            pending.commit()
+        return rewrite
+
+    async def settle(self, rewrite: Rewrite | None, status: int) -> None:
+        """Commit (shielded: a client gone keeps them) or drop a held rewrite's writes."""
+        future = self.commits.settle(rewrite.pending, status) if rewrite and rewrite.pending else None
+        if future is not None:
+            await asyncio.shield(asyncio.wrap_future(future))
+
+    async def _rewrite(self, body: dict[str, Any], session_id: str, choice: str | None,
+                       can_offer: bool, caller: str, deadline: float | None, agent: str,
+                       pending: PendingWrites) -> Rewrite:
         ctx, counter, fallback = self._context(body, session_id, caller, agent)
         name = profiles.pick(self.settings, ctx.model, choice)
         pipeline = self.pipelines.get(name, self.pipeline)
@@ -262,12 +295,6 @@ class Engine:
                 marked = mark_stable(marked, result.ctx.stable_end)
             if marked is not sent:
                 result.ctx = result.ctx.replace(messages=marked)
-        state = apply_recall(self.settings.recall, self.store, body["messages"], result, counter,
+        state = apply_recall(self.settings.recall, pending, body["messages"], result, counter,
                              session_id, can_offer, pipeline.fencing(result.ctx.notes))
-        return Rewrite(result, counter.encoding, fallback, state)
-
-
-def _observe(future: asyncio.Future[Any]) -> None:
-    """Retrieve the outcome of a rewrite nobody waits for any more (past the deadline)."""
-    if not future.cancelled():
-        future.exception()
+        return Rewrite(result, counter.encoding, fallback, state, pending)

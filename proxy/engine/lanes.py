@@ -17,6 +17,7 @@ background lane (one low-priority thread for work that only prepares later reque
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import os
@@ -28,6 +29,12 @@ from typing import Any
 
 log = logging.getLogger("context_engine.lanes")
 PAUSE_S = 0.1  # longest a background step waits for the request lane to go idle
+
+
+def observe(future: asyncio.Future[Any]) -> None:
+    """Retrieve the outcome of a rewrite nobody waits for any more (past the deadline)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class LaneClosed(Exception):

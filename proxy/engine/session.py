@@ -1,8 +1,12 @@
 """Session ids: the ``X-Session-Id`` header, else derived from the caller and the task.
 
-The caller's scope is an HMAC-SHA256 (full length, 64 hex digits) of the caller's key
-(where its API carries it: the dialect's ``credential``; by default ``Authorization``,
-``api-key`` or ``x-api-key``), keyed with the session key. A header id becomes
+The caller's scope is an HMAC-SHA256 (full length, 64 hex digits) of every credential
+the request presents (the dialect's ``credential``: each of its key headers that is set,
+the query's key, and the client token of ``X-Context-Engine-Token``, which never goes
+upstream), keyed with the session key. One credential scopes as its value alone
+(whichever header carries it); several scope as their canonical list (``presented``),
+so two callers who differ in any credential the upstream may check (the same dummy
+``Authorization``, different ``x-api-key``) never share a scope. A header id becomes
 ``<header>~<scope>``: the same header value from two keys is two sessions, and no one
 can search for a key whose scope collides with another caller's. The derived id hashes
 the scope with the system prompt and the first user message, so the same agent task
@@ -25,6 +29,8 @@ from typing import Any
 from context_engine.proxy.engine.messages import INSTRUCTION_ROLES, text_of
 
 HEADER = "x-session-id"
+TOKEN_HEADER = "x-context-engine-token"  # the client token (``proxy.edge.exposure``)
+DEFAULT_KEY_HEADERS = ("authorization", "api-key", "x-api-key", TOKEN_HEADER)
 
 
 def session_key(configured: str, store: str) -> bytes:
@@ -53,10 +59,20 @@ def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes,
     return "s-" + hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def presented(found: list[tuple[str, str]]) -> str:
+    """The credentials a request presents (``(where, value)`` pairs, blank values left
+    out) as one string: "" for none, the value alone for one (a key keeps its scope
+    whichever header carries it), else the sorted pairs as JSON."""
+    pairs = sorted((where, value) for where, value in found if value.strip())
+    if len(pairs) <= 1:
+        return pairs[0][1] if pairs else ""
+    return json.dumps(pairs, ensure_ascii=False)
+
+
 def caller_hash(headers: Mapping[str, str], key: bytes, secret: str | None = None) -> str:
-    """The caller's scope: a keyed hash of its API key (``secret``, as its dialect found
-    it), so memory is scoped per caller."""
+    """The caller's scope: a keyed hash of its credentials (``secret``, as its dialect
+    found them; by default those of ``DEFAULT_KEY_HEADERS``), so memory is scoped per
+    caller."""
     if secret is None:
-        secret = (headers.get("authorization", "") or headers.get("api-key", "")
-                  or headers.get("x-api-key", ""))
+        secret = presented([(n, headers.get(n, "")) for n in DEFAULT_KEY_HEADERS])
     return hmac.new(key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()

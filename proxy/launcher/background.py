@@ -1,10 +1,17 @@
 """The user's background proxy: started once, shared by every agent run, ended by ``stop``.
 
-State lives under ``$XDG_STATE_HOME/context-engine`` (else ``~/.local/state/context-engine``):
-``ledger.db`` and ``store/`` (one ledger for all runs, so ``report`` sees them together)
-and, per upstream, ``proxy-<id>.json`` with the port and pid of the proxy serving it
-(Claude Code's Anthropic and Codex's OpenAI need a proxy each; every run of an agent
+State lives under ``$XDG_STATE_HOME/context-engine`` (else ``~/.local/state/context-engine``),
+a folder of the user's alone (0700; ``state.py``): ``ledger.db`` and ``store/`` (one ledger
+for all runs, so ``report`` sees them together) and, per upstream, ``proxy-<id>.json``
+(0600) with the port, pid, start time, launch secret and admin token of the proxy serving
+it (Claude Code's Anthropic and Codex's OpenAI need a proxy each; every run of an agent
 shares one). A lock file makes two ``run`` starting at once share the proxy too.
+
+Only a proxy this user started is ever used or stopped: this process binds the listening
+socket itself and hands it to the child (``serve --fd``), so no other process can take
+the port between choice and bind; the child gets a random launch secret and admin token
+in its environment, never on its command line; and every later use first checks the
+proxy's proof of that secret (``handshake.identify``).
 """
 
 from __future__ import annotations
@@ -12,39 +19,34 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
+from context_engine.proxy.edge.launch_identity import SECRET_ENV
+from context_engine.proxy.launcher.handshake import ask_to_stop, identify
+from context_engine.proxy.launcher.state import (
+    LaunchError,
+    Proxy,
+    has_proc,
+    open_private,
+    private_state,
+    process_start,
+    read_state,
+    write_state,
+)
 
-START_TIMEOUT = 60.0  # seconds for a new proxy to answer /healthz (imports, embedder)
+__all__ = ["LaunchError", "Proxy", "ensure", "private_state", "read_state", "running", "stop"]
+
+START_TIMEOUT = 60.0  # seconds for a new proxy to answer (imports, embedder)
 STOP_TIMEOUT = 15.0
-
-
-class LaunchError(Exception):
-    """The proxy could not start, or be found; the message says why and what to do."""
-
-
-@dataclass
-class Proxy:
-    pid: int
-    port: int
-    upstream: str
-    ledger: str
-    log: str
-    started: float
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+ADMIN_ENV = "CONTEXT_ENGINE_ADMIN_TOKEN"
 
 
 def state_dir(environ: dict[str, str] | None = None) -> Path:
@@ -57,54 +59,28 @@ def _key(upstream: str) -> str:
     return hashlib.sha256(upstream.rstrip("/").encode()).hexdigest()[:12]
 
 
-def _state_file(folder: Path, upstream: str) -> Path:
+def state_file(folder: Path, upstream: str) -> Path:
     return folder / f"proxy-{_key(upstream)}.json"
 
 
-def _read(path: Path) -> Proxy | None:
-    try:
-        return Proxy(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def healthy(proxy: Proxy, timeout: float = 2.0) -> bool:
-    """True when ``proxy`` answers ``/healthz`` (any status it reports: it is up)."""
-    try:
-        return httpx.get(f"{proxy.url}/healthz", timeout=timeout).status_code in (200, 503)
-    except httpx.HTTPError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def running(folder: Path) -> list[Proxy]:
-    """The proxies whose state files name a live, answering process."""
-    found = []
-    for path in sorted(folder.glob("proxy-*.json")):
-        proxy = _read(path)
-        if proxy is not None and _alive(proxy.pid) and healthy(proxy):
-            found.append(proxy)
-    return found
+    """The proxies whose state files name a live proxy that proves it is ours."""
+    if not folder.exists():
+        return []
+    private_state(folder)
+    found = (read_state(path) for path in sorted(folder.glob("proxy-*.json")))
+    return [proxy for proxy in found if proxy is not None and identify(proxy)]
 
 
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "proxy.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    private_state(folder)
+    fd = open_private(folder / "proxy.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def free_port() -> int:
@@ -114,39 +90,63 @@ def free_port() -> int:
 
 
 def ensure(upstream: str, folder: Path, config: str | None = None) -> tuple[Proxy, bool]:
-    """The running proxy for ``upstream``, or a new one; True when this call started it."""
+    """The running proxy for ``upstream``, or a new one; True when this call started it.
+    A state file whose proxy does not prove it is ours is replaced, never used."""
     with _locked(folder):
-        path = _state_file(folder, upstream)
-        proxy = _read(path)
-        if proxy is not None and _alive(proxy.pid) and healthy(proxy):
+        path = state_file(folder, upstream)
+        proxy = read_state(path)
+        if proxy is not None and identify(proxy):
             return proxy, False
         proxy = _start(upstream, folder, config)
-        path.write_text(json.dumps(asdict(proxy), indent=2) + "\n")
+        write_state(path, proxy)
         return proxy, True
 
 
-def _start(upstream: str, folder: Path, config: str | None) -> Proxy:
-    port = free_port()
-    log = folder / f"proxy-{_key(upstream)}.log"
+def child_command(upstream: str, folder: Path, config: str | None, listener: socket.socket,
+                  secret: str, admin_token: str) -> tuple[list[str], dict[str, str]]:
+    """The proxy's command line (nothing secret: every local user can read it) and its
+    environment (the launch secret and the admin token: readable by this user only)."""
+    port = listener.getsockname()[1]
     ledger = os.environ.get("CONTEXT_ENGINE_LEDGER") or str(folder / "ledger.db")
     store = os.environ.get("CONTEXT_ENGINE_STORE") or str(folder / "store")
     cmd = [sys.executable, "-m", "context_engine.proxy.cli", "serve", "--host", "127.0.0.1",
-           "--port", str(port), "--upstream", upstream, "--ledger", ledger, "--store", store,
+           "--port", str(port), "--fd", str(listener.fileno()), "--upstream", upstream,
+           "--ledger", ledger, "--store", store,
            "--config", os.path.abspath(config) if config else os.devnull]
-    with open(log, "ab") as out:
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 cwd=folder, env=_same_code(), start_new_session=True)  # outlives this run
-    proxy = Proxy(child.pid, port, upstream, ledger, str(log), time.time())
+    return cmd, {**_same_code(), SECRET_ENV: secret, ADMIN_ENV: admin_token}
+
+
+def _spawn(upstream: str, folder: Path, config: str | None) -> tuple[subprocess.Popen[bytes], Proxy]:
+    secret, admin_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    log = folder / f"proxy-{_key(upstream)}.log"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))  # bound here, before the child exists: no port race
+        listener.listen(128)
+        cmd, env = child_command(upstream, folder, config, listener, secret, admin_token)
+        out = open_private(log, os.O_WRONLY | os.O_APPEND)
+        try:
+            child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     cwd=folder, env=env, pass_fds=(listener.fileno(),),
+                                     start_new_session=True)  # outlives this run
+        finally:
+            os.close(out)
+    ledger = cmd[cmd.index("--ledger") + 1]
+    return child, Proxy(child.pid, int(cmd[cmd.index("--port") + 1]), upstream, ledger, str(log),
+                        time.time(), secret, admin_token, process_start(child.pid))
+
+
+def _start(upstream: str, folder: Path, config: str | None) -> Proxy:
+    child, proxy = _spawn(upstream, folder, config)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if child.poll() is not None:
             raise LaunchError(f"the proxy exited at start-up (code {child.returncode}); its log "
-                              f"{log} ends with:\n{_tail(log)}")
-        if healthy(proxy, timeout=1.0):
+                              f"{proxy.log} ends with:\n{_tail(Path(proxy.log))}")
+        if identify(proxy, timeout=1.0):
             return proxy
         time.sleep(0.1)
     child.terminate()
-    raise LaunchError(f"the proxy did not answer /healthz within {START_TIMEOUT:.0f} s; see {log}")
+    raise LaunchError(f"the proxy did not answer within {START_TIMEOUT:.0f} s; see {proxy.log}")
 
 
 def _same_code() -> dict[str, str]:
@@ -165,30 +165,45 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def _ours(pid: int) -> bool:
-    """The pid still runs our proxy (not a process that reused the number)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return _alive(pid)  # no /proc: trust the state file
-    return b"context_engine.proxy.cli" in cmdline and b"serve" in cmdline
+def _same_process(proxy: Proxy) -> bool:
+    """``proxy.pid`` is still the process we started (its start time is unchanged)."""
+    return proxy.pid_start is not None and process_start(proxy.pid) == proxy.pid_start
+
+
+def _still_up(proxy: Proxy) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(proxy.pid, os.WNOHANG)  # reap it if it was our child
+    if proxy.pid_start is not None and has_proc():
+        return _same_process(proxy)
+    return identify(proxy, timeout=0.5)  # no /proc: up while it still answers
+
+
+def _end(proxy: Proxy) -> bool:
+    """Stop a proxy that proved it is ours: it ends itself (SIGTERM: the ledger is flushed);
+    SIGKILL only when it outlives STOP_TIMEOUT and its pid is verified."""
+    if not ask_to_stop(proxy):
+        return False
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while _still_up(proxy) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _still_up(proxy) and _same_process(proxy):
+        os.kill(proxy.pid, signal.SIGKILL)
+    return True
 
 
 def stop(folder: Path) -> list[Proxy]:
-    """End every proxy the state files name (SIGTERM: the ledger is flushed); the stopped."""
+    """End every proxy the state files name that proves it is ours; the stopped. A state
+    file whose proxy cannot prove it (gone, or never ours) is removed, its pid never
+    signalled; one whose proxy proved itself but refused to stop stays, for another try."""
+    if not folder.exists():
+        return []
     stopped = []
     with _locked(folder):
         for path in sorted(folder.glob("proxy-*.json")):
-            proxy = _read(path)
-            if proxy is not None and _alive(proxy.pid) and _ours(proxy.pid):
-                os.kill(proxy.pid, signal.SIGTERM)
-                deadline = time.monotonic() + STOP_TIMEOUT
-                while _alive(proxy.pid) and time.monotonic() < deadline:
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(proxy.pid, os.WNOHANG)  # reap it if it was our child
-                    time.sleep(0.05)
-                if _alive(proxy.pid):
-                    os.kill(proxy.pid, signal.SIGKILL)
+            proxy = read_state(path)
+            if proxy is not None and identify(proxy):
+                if not _end(proxy):
+                    continue
                 stopped.append(proxy)
             path.unlink(missing_ok=True)
     return stopped

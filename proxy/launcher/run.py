@@ -96,7 +96,7 @@ def _run_child(argv: list[str], env: dict[str, str]) -> int:
 def run_stats(proxy: background.Proxy, tag: str, project: str, since: float) -> dict[str, Any]:
     start = datetime.fromtimestamp(since, UTC).isoformat()
     r = httpx.get(f"{proxy.url}/stats", params={"since": start, "agent": tag, "project": project},
-                  timeout=15)
+                  headers={"authorization": f"Bearer {proxy.admin_token}"}, timeout=15)
     r.raise_for_status()
     data: dict[str, Any] = r.json()
     return data
@@ -128,7 +128,9 @@ def print_summary(proxy: background.Proxy, tag: str, project: str, since: float)
     for line in summary_lines(data["overall"]):
         say(line)
     say(f"more: context-engine status · context-engine report --by project --ledger {proxy.ledger}"
-        f" · {proxy.url}/dashboard · context-engine stop ends the proxy")
+        f" · {proxy.url}/dashboard (password: admin_token in "
+        f"{background.state_file(background.state_dir(), proxy.upstream)}) · context-engine stop"
+        " ends the proxy")
 
 
 USAGE = """usage: context-engine run [--upstream URL] [--config PATH] AGENT [agent args]

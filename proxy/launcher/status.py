@@ -3,7 +3,8 @@
 Sessions, requests, input tokens before and after, provider cache hits and the money
 saved, overall and per agent, refreshed every few seconds with rich's ``Live``;
 ``--once`` prints one frame (for scripts and tests). Without ``--url`` it watches the
-proxy ``context-engine run`` started, else ``http://127.0.0.1:8787``.
+proxy ``context-engine run`` started (with the admin token from its state file, once the
+proxy has proved it is the one ``run`` started), else ``http://127.0.0.1:8787``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from rich.text import Text
 DEFAULT_URL = "http://127.0.0.1:8787"
 
 
-def proxy_url(url: str | None) -> str:
+def proxy_url(url: str | None, token: str | None) -> tuple[str, str | None]:
+    """The proxy to watch and its admin token: ``url`` as given, else the proxy ``run``
+    started (only one that proves it is ours: it gets its admin token), else the default."""
     if url:
-        return url.rstrip("/")
+        return url.rstrip("/"), token
     from context_engine.proxy.launcher.background import running, state_dir
 
     found = running(state_dir())
-    return found[0].url if found else DEFAULT_URL
+    return (found[0].url, token or found[0].admin_token) if found else (DEFAULT_URL, token)
 
 
 def fetch(url: str, token: str | None) -> dict[str, Any]:
@@ -67,7 +70,7 @@ def frame(data: dict[str, Any], url: str) -> Group:
 
 
 def watch(url: str | None, token: str | None, once: bool = False, every: float = 2.0) -> int:
-    target = proxy_url(url)
+    target, token = proxy_url(url, token)
     console = Console()
     try:
         data = fetch(target, token)

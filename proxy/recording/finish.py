@@ -4,7 +4,8 @@ The edge hands over the request's parts (``proxy/recording/row_parts.py``); the 
 assembled from them, the finisher's own (``Measured``) and the bill's, once, when recorded.
 
 All of it runs once the response body has been sent: shadow rewrites in the rules'
-background lane (so they never hold up the event loop or a request); what grows with the
+background lane (so they never hold up the event loop or a request; none for a request
+the upstream refused, whose rewrite must not reach the store); what grows with the
 body (context metrics, the bill estimate's signatures and token counts) in one finishing
 thread, in the order requests finished (the estimator's per-session state needs that
 order); recording the row and the metrics on the loop.
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 from context_engine.proxy.billing.estimate import BillEstimate, BillEstimator
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
+from context_engine.proxy.engine.pending_writes import refused
 from context_engine.proxy.recording.context_metrics import (
     Oscillation,
     data_segments,
@@ -94,6 +96,8 @@ class Finisher:
         unmeasured, skipped = "", ""
         if answered.status in REFUSED:  # nothing to measure (a keyless caller's huge body, say)
             unmeasured, measure, shadow = "refused", False, False
+        if refused(answered.status):  # no rewrite of a refused request reaches the store
+            shadow = False
         if (shadow and self.shadow_backlog >= self.max_shadow_backlog) or (shadow and not measure):
             self.skipped_shadow += 1
             shadow = False

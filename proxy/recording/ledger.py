@@ -5,6 +5,11 @@
 start-up. The request path only puts a row on a bounded queue; one writer thread
 (``proxy/recording/ledger_writer.py``) owns the connection (SQLite: WAL mode, synchronous=NORMAL).
 Ledgers written by an older version gain the new columns when opened.
+
+A SQLite ledger is created 0600 in a 0700 folder the proxy makes (``-wal``/``-shm``
+follow the file's mode); one found looser is tightened (``proxy/store/files.py``). The
+``path`` column is clipped to ``MAX_PATH`` characters, like ``agent``/``project`` at the
+edge, so a client cannot make one row megabytes long.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from typing import Any
 
 from context_engine.proxy.recording.ledger_writer import TABLE, RowWriter
 from context_engine.proxy.sanitize import clean_value
+from context_engine.proxy.store.files import private_dir, private_file, tighten_sidecars
+
+MAX_PATH = 2048  # characters of a request's URL path kept in the ledger
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -101,6 +109,7 @@ class LedgerRow:
         d["rule_savings"] = json.dumps(self.rule_savings, sort_keys=True, default=str)
         d["journal"] = json.dumps(self.journal, ensure_ascii=False, default=str)
         d["context"] = json.dumps(self.context, ensure_ascii=False, sort_keys=True, default=str)
+        d["path"] = self.path[:MAX_PATH]
         return {k: clean_value(v) for k, v in d.items()}
 
 
@@ -111,9 +120,13 @@ INSERT = f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join(':' + c
 def connect(path: str, busy_timeout: float = 5.0) -> sqlite3.Connection:
     folder = os.path.dirname(path)
     if folder:
-        os.makedirs(folder, exist_ok=True)
+        private_dir(folder, tighten=False)
+    if path != ":memory:":
+        private_file(path)  # SQLite gives its -wal and -shm files the database file's mode
     conn = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
+    if path != ":memory:":
+        tighten_sidecars(path)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(SCHEMA)
     have = {r[1] for r in conn.execute("PRAGMA table_info(requests)")}

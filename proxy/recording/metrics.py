@@ -3,7 +3,11 @@
 Label values come from requests (``model``) and rules: each is cleaned (surrogates
 escaped, at most ``MAX_LABEL_CHARS``) and each label keeps at most ``MAX_LABEL_VALUES``
 distinct values; later new ones are counted under ``"other"``, so neither a bad value
-nor a flood of distinct ones can break or bloat the export.
+nor a flood of distinct ones can break or bloat the export. Only a request the upstream
+accepted (a status below 400) may claim a new ``model`` value: one it refused (a made-up
+key, a made-up model) counts under its model if that already holds a slot, else under
+``"(not accepted)"``, so refused requests with random model names cannot take the slots
+the real models need.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ SHARE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0)
 MAX_LABEL_VALUES = 100
 MAX_LABEL_CHARS = 100
 OVERFLOW = "other"
+NOT_ACCEPTED = "(not accepted)"  # a refused request's model that holds no slot yet
 
 
 class LabelValues:
@@ -32,11 +37,15 @@ class LabelValues:
         self.cap = cap
         self._seen: dict[str, set[str]] = {}
 
-    def __call__(self, label: str, value: Any) -> str:
+    def __call__(self, label: str, value: Any, claim: bool = True) -> str:
+        """The value to export; a new one takes a slot only when ``claim`` is set (else it
+        is ``NOT_ACCEPTED``)."""
         text = clean_text(value if isinstance(value, str) else str(value))[:MAX_LABEL_CHARS]
         seen = self._seen.setdefault(label, set())
         if text in seen:
             return text
+        if not claim:
+            return NOT_ACCEPTED
         if len(seen) >= self.cap:
             return OVERFLOW
         seen.add(text)
@@ -79,7 +88,8 @@ class Metrics:
         Gauge(name, help_text, registry=self.registry).set_function(read)
 
     def observe(self, row: LedgerRow) -> None:
-        model = self.label("model", row.model or "(none)")
+        accepted = 200 <= _count(row.status) < 400
+        model = self.label("model", row.model or "(none)", claim=accepted)
         self.requests.labels(model, self.label("arm", row.arm), self.label("status", row.status),
                              self.label("api", row.api)).inc()
         self.tokens_before.labels(model).inc(_count(row.tokens_original))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from context_engine.proxy.store.memo import BoundedCache
+from context_engine.proxy.store.quota import ScopeQuota
 from context_engine.proxy.store.stores import Store, StoreUnavailable
 
 log = logging.getLogger("context_engine.store")
@@ -30,8 +31,8 @@ WRITE_BACK = 20  # held writes retried after each successful call
 class GuardedStore:
     def __init__(self, inner: Store, failures: int = 2, cooldown: float = 2.0,
                  held_entries: int = 10_000, held_bytes: int = 64 * 1024 * 1024,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.inner = inner
+                 clock: Callable[[], float] = time.monotonic, quota: ScopeQuota | None = None) -> None:
+        self.inner, self.quota = inner, quota
         self.failures, self.cooldown, self.clock = failures, cooldown, clock
         self.errors: tuple[type[BaseException], ...] = getattr(inner, "errors", (OSError,))
         self.held: BoundedCache[str, bytes] = BoundedCache(held_entries, held_bytes)
@@ -47,15 +48,32 @@ class GuardedStore:
         held = self.held.get(key)
         if held is not None:
             return held  # type: ignore[no-any-return]
-        return self._call(self.inner.get, key)
+        value = self._call(self.inner.get, key)
+        if value is not None and self.quota is not None:
+            self.quota.read(self, key)
+        return value
 
     def set(self, key: str, value: bytes) -> None:
+        if self.quota is not None and self.quota.too_big(key, value):
+            return
         try:
             self._call(self.inner.set, key, value)
         except StoreUnavailable:
             self.held.put(key, value)
             raise
         self.held.pop(key)
+        if self.quota is not None:
+            self.quota.wrote(self, key, value)
+
+    def delete(self, key: str) -> bool:
+        self.held.pop(key)
+        return bool(self._call(self.inner.delete, key))  # type: ignore[attr-defined]
+
+    def touch(self, key: str, seconds: float) -> None:
+        """Redis renews a key on read already (GETEX)."""
+
+    def keys_matching(self, pattern: str) -> list[str]:
+        return list(self._call(self.inner.keys_matching, pattern))  # type: ignore[attr-defined]
 
     def claim(self, key: str, seconds: float) -> bool:
         """Advisory (one embedder per text): with the store failing or its circuit open
@@ -79,6 +97,8 @@ class GuardedStore:
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()
+        if self.quota is not None:
+            self.quota.close()
 
     def _allow(self) -> bool:
         with self._lock:

@@ -38,6 +38,17 @@ class RedisStore:
     def set(self, key: str, value: bytes) -> None:
         self._client.set(self._prefix + key, value, ex=self._ttl)
 
+    def delete(self, key: str) -> bool:
+        return bool(self._client.delete(self._prefix + key))
+
+    def touch(self, key: str, seconds: float) -> None:
+        """Reads renew keys already (GETEX); nothing more to do."""
+
+    def keys_matching(self, pattern: str) -> list[str]:
+        """The keys matching a glob ``pattern`` (SCAN: purge only, never on a request)."""
+        n = len(self._prefix)
+        return [k.decode()[n:] for k in self._client.scan_iter(match=self._prefix + pattern, count=1000)]
+
     def claim(self, key: str, seconds: float) -> bool:
         """``key`` set for ``seconds`` if absent (SET NX PX); whether this call set it."""
         return bool(self._client.set(self._prefix + key, b"", nx=True, px=max(1, int(seconds * 1000))))

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from context_engine.proxy.transport.decoding import Decoder
+
 EVENT_END = re.compile(rb"\n\n|\r\n\r\n")
 
 
@@ -50,10 +52,16 @@ class Events:
 
 
 async def sse_events(r: httpx.Response) -> AsyncIterator[bytes]:
-    """The body's SSE events (decoded: ``proxy.transport.decoding.readable`` encodings)."""
-    events = Events()
-    async for chunk in r.aiter_bytes():
-        for event in events.feed(chunk):
+    """The body's SSE events, decoded here (``proxy.transport.decoding``: a ``readable``
+    encoding, at most ``MAX_DECODED_BYTES``; past that, or corrupt, ``httpx.DecodingError``)."""
+    events, decoder = Events(), Decoder(r.headers.get("content-encoding", ""))
+    async for chunk in r.aiter_raw():
+        data = decoder.feed(chunk)
+        if not decoder.ok:  # past the bound, or corrupt: a fault, as a broken transfer is
+            raise httpx.DecodingError(f"the upstream's stream cannot be decoded ({decoder.encoding}"
+                                      f"{', past the bound of decompressed bytes' if decoder.over else ''})",
+                                      request=r.request)
+        for event in events.feed(data):
             yield event
     for event in events.close():
         yield event

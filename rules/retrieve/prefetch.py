@@ -51,6 +51,12 @@ class Prefetcher:
             while len(self.fills) > self.max_sessions:
                 self.fills.popitem(last=False)
 
+    def forget(self, session: str) -> None:
+        """Drop what ``session``'s requests noted (the upstream refused the last one)."""
+        with self._lock:
+            self.pending = [p for p in self.pending if p[0] != session]
+            self.fills.pop(session, None)
+
     def run(self, pause: Callable[[], None] | None = None) -> int:
         """Embed the noted texts; returns how many were embedded."""
         with self._lock:

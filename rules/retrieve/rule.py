@@ -153,6 +153,14 @@ class Retrieve:
         returns the number of texts embedded."""
         return self.ahead.run(pause)
 
+    def forget(self, session: str) -> None:
+        """The upstream refused the session's last request: its background embeddings are
+        not queued, and its index leaves the process (rebuilt from the store if it comes
+        back) (the contract's ``Forgetting``)."""
+        self.ahead.forget(session)
+        with self._lock:
+            self.sessions.pop(session, None)
+
     def _vectorize(self, idx: SessionIndex, query: str, allowance: list[int]) -> None:
         """Vectors for the search of ``query``: from the store, else embedded, the best
         BM25 candidates first, at most ``max_embed`` per request (``allowance``); the

@@ -107,7 +107,8 @@ def test_engine_prefetches_after_a_rewrite_off_the_request_path():
         during, first_drop = [], 0
         for k, msgs in enumerate(points):
             before = len(emb.texts)
-            await engine.rewrite_off_loop({"model": "gpt-4o", "messages": msgs}, "s1")
+            rewrite = await engine.rewrite_off_loop({"model": "gpt-4o", "messages": msgs}, "s1")
+            await engine.settle(rewrite, 200)  # the upstream took it: writes committed, prefetch queued
             # the request's own embeddings (the background lane may start on this
             # request's prefetch before the coroutine resumes: not the request's work)
             during.append([t for t, th in zip(emb.texts[before:], emb.threads[before:])
@@ -141,3 +142,30 @@ def test_minilm_vectors_do_not_depend_on_the_batch():
     alone = np.stack([emb.embed([t])[0] for t in texts])
     pairs = np.concatenate([emb.embed(texts[i:i + 2]) for i in range(0, len(texts), 2)])
     assert np.array_equal(together, alone) and np.array_equal(together, pairs)
+
+
+def test_a_refused_requests_background_work_is_dropped():
+    """The upstream refused the request (``Engine.settle`` with a 4xx): what the rewrite
+    queued for the background lane is dropped, and its writes with it."""
+    emb = RecordingEmbedder()
+    settings = load_settings(flags={"rules": "retrieve", "rule_options": {"retrieve": dict(SMALL)},
+                                    "rules_deadline_ms": 0}, env={}, config_path="/dev/null")
+    store = MemoryStore()
+    engine = Engine(settings, store=store, embedder=emb)
+    retrieve = engine.pipeline.rules[0]
+    assert isinstance(retrieve, Retrieve)
+
+    async def go(status: int) -> None:
+        for msgs in conversation_points():
+            rewrite = await engine.rewrite_off_loop({"model": "gpt-4o", "messages": msgs}, "s1")
+            await engine.settle(rewrite, status)
+
+    try:
+        asyncio.run(go(401))
+        assert store.held_bytes == 0
+        assert engine.prefetch() == 0 and store.held_bytes == 0  # nothing queued is left to do
+        assert "s1" not in retrieve.sessions  # nor its index kept in the process
+        asyncio.run(go(200))  # the contrast: accepted, the same work is kept and done
+        assert store.held_bytes > 0 and engine.prefetch() + len(emb.texts) > 0
+    finally:
+        engine.close()

@@ -19,6 +19,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from context_engine.proxy.dialects.anthropic.counting import (
+    KINDS,
+    ROLES,
+    bad_message,
+    block_kind,
+    message_count,
+)
 from context_engine.proxy.dialects.anthropic.turns import Out, valid_turns
 from context_engine.proxy.dialects.base import (
     SYSTEM,
@@ -30,10 +37,12 @@ from context_engine.proxy.dialects.base import (
     containers_of,
     dumps,
     groups,
+    head_read,
     join_pieces,
     neutral_body,
     plain_text,
     rebuild_units,
+    same_raw,
 )
 from context_engine.proxy.dialects.jsonspan import (
     array_spans,
@@ -46,12 +55,7 @@ from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.engine.prefix import MARK
 from context_engine.proxy.errors import BadRequest
 
-CONTENT = {"text", "image", "document", "search_result"}
-# block type -> unit kind, per role (anything else is opaque)
-KINDS = {"user": {**dict.fromkeys(CONTENT, "content"), "tool_result": "result"},
-         "assistant": {**dict.fromkeys(CONTENT, "content"), "tool_use": "call"}}
 TEXT = ("text",)
-ROLES = {"user", "assistant", "system"}  # "system" mid-conversation: a beta of Claude Code's
 
 MEMO = TranslationMemo()
 
@@ -68,11 +72,6 @@ def _check(data: dict[str, Any]) -> None:
         raise BadRequest("messages: Field required (an array of messages)")
 
 
-def _bad_message(i: int) -> BadRequest:
-    return BadRequest(f"messages.{i}: needs a string 'role' and a string or a list of blocks "
-                      "with a string 'type' as 'content'")
-
-
 def _neutral_call(block: dict[str, Any]) -> dict[str, Any]:
     return {"id": block["id"], "type": "function",
             "function": {"name": block.get("name", ""), "arguments": dumps(block.get("input", {}))}}
@@ -83,11 +82,11 @@ def _blocks(content: Any, originals: list[Unit]) -> list[str]:
     if isinstance(content, str):
         return [dumps({"type": "text", "text": content})] if content else []
     out = []
+    same = same_raw(originals)
     for p in content or ():
         if p == PLACEHOLDER:
             continue
-        same = next((u.raw for u in originals if u.obj == p), None)
-        out.append(same or dumps(p))
+        out.append(same(p) or dumps(p))
     return out
 
 
@@ -134,9 +133,10 @@ def _new_out(m: dict[str, Any]) -> Out:
 
 
 class MessagesRequest:
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, max_items: int = 0) -> None:
         self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
         _check(self.data)
+        self.over = max_items > 0 and message_count(self.data) > max_items
         self.containers: list[Container] = []  # built by _fill_raw
         self.messages: list[dict[str, Any]] = []
         self.meta: dict[str, tuple[str, str]] = {}
@@ -146,6 +146,12 @@ class MessagesRequest:
                                   SRC: SYSTEM})
         own = len(self.messages)
         messages, span = self.data["messages"], self.spans["messages"]
+        if self.over:  # over the cap: the head only, and nothing kept
+            for i in range(len(messages)):
+                if head_read(self.messages, i, messages[i].get("content")):
+                    return
+                self._read(i, messages[i])
+            return
         kept = MEMO.find(self.text, span[0]) if self.rewritable else None
         if kept is not None:  # messages this conversation sent before, translated then
             self.messages.extend(kept[1])
@@ -161,7 +167,7 @@ class MessagesRequest:
     def _read(self, i: int, m: Any) -> None:
         """One message into its container and neutral messages (``BadRequest`` if invalid)."""
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise _bad_message(i)
+            raise bad_message(i)
         role, content = m["role"], m.get("content")
         src = i
         if role not in ROLES:  # a role this adapter does not know: the whole message is opaque
@@ -170,18 +176,12 @@ class MessagesRequest:
             neutral = [{"role": role, "content": content, SRC: src}]
         elif isinstance(content, list):
             neutral, parts, calls, held = [], [], [], []
-            kinds = KINDS.get(role, KINDS["user"])
             for j, blk in enumerate(content):
-                t = blk.get("type") if isinstance(blk, dict) else None
-                if not isinstance(t, str):
-                    raise _bad_message(i)
-                kind = kinds.get(t, "opaque")
+                kind = block_kind(i, j, role, blk)
                 if kind == "content":
                     parts.append(blk)
                 elif kind == "opaque":
                     held.append(blk)
-                elif not isinstance(blk.get("id" if kind == "call" else "tool_use_id"), str):
-                    raise BadRequest(f"messages.{i}.content.{j}: {t} needs a string id")
                 elif kind == "call":
                     calls.append(_neutral_call(blk))
                 else:
@@ -197,7 +197,7 @@ class MessagesRequest:
                     main[OPAQUE] = held
                 neutral.append(main)
         else:
-            raise _bad_message(i)
+            raise bad_message(i)
         self.messages.extend(neutral)
 
     def _fill_raw(self) -> None:
@@ -225,7 +225,8 @@ class MessagesRequest:
     def parsed(self) -> Parsed:
         d = self.data
         chat = neutral_body(d.get("model"), self.messages, d.get("tools"), d.get("max_tokens"))
-        return Parsed(d, chat, d.get("stream") is True, self.splice, rewritable=self.rewritable)
+        return Parsed(d, chat, d.get("stream") is True, self.splice, rewritable=self.rewritable,
+                      over=self.over)
 
     def splice(self, messages: list[Any]) -> bytes:
         gs = groups(messages)
@@ -272,6 +273,7 @@ class MessagesRequest:
         return known
 
 
-def parse(raw: bytes, path: str = "") -> Parsed:
-    """The request (``path``: where it was sent; this API reads everything from the body)."""
-    return MessagesRequest(raw).parsed()
+def parse(raw: bytes, path: str = "", max_items: int = 0) -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body;
+    ``max_items``: past that many neutral messages, read the head only)."""
+    return MessagesRequest(raw, max_items).parsed()

@@ -14,9 +14,12 @@ def _splicer(body: ParsedBody, raw: bytes) -> Any:
     return put
 
 
-def parse(raw: bytes, path: str = "") -> Parsed:
-    """The request (``path``: where it was sent; this API reads everything from the body)."""
+def parse(raw: bytes, path: str = "", max_items: int = 0) -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body;
+    ``max_items``: the message cap, past which ``over`` is set; the messages are the
+    neutral form already, so nothing is left untranslated)."""
     body = parse_body(raw)
+    over = max_items > 0 and len(body.data["messages"]) > max_items
     return Parsed(body.data, body.data, body.data.get("stream") is True, _splicer(body, raw),
-                  rewritable=body.rewritable)
+                  rewritable=body.rewritable, over=over)
 

@@ -33,15 +33,19 @@ from context_engine.proxy.dialects.base import (
     containers_of,
     dumps,
     groups,
+    head_read,
     join_pieces,
     neutral_body,
     plain_text,
     rebuild_units,
 )
 from context_engine.proxy.dialects.gemini.parts import (
+    ROLES,
     SYNTHETIC,
+    OpenCalls,
     call_part,
     kind,
+    message_count,
     model_of,
     result_text,
     result_value,
@@ -58,18 +62,18 @@ from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.errors import BadRequest
 
 TEXT = ("text",)
-ROLES = {"user", "model", "function"}
 
 
 class GenerateContentRequest:
-    def __init__(self, raw: bytes, path: str) -> None:
+    def __init__(self, raw: bytes, path: str, max_items: int = 0) -> None:
         self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
         self.model, self.stream = model_of(path)
         self._check()
+        self.over = max_items > 0 and message_count(self.data) > max_items
         self.containers: list[Container] = []  # built by _fill_raw
         self.messages: list[dict[str, Any]] = []
         self.names: dict[str, str] = {}  # call id -> function name
-        self.open: list[tuple[str, str]] = []  # calls not answered yet: (name, id)
+        self.open = OpenCalls()  # calls not answered yet
         self.meta: dict[str, tuple[str, str]] = {}
         system = self.data.get("systemInstruction")
         if isinstance(system, dict) and system.get("parts"):
@@ -77,6 +81,8 @@ class GenerateContentRequest:
                      for p in system["parts"]]
             self.messages.append({"role": "system", "content": plain_text(parts, TEXT), SRC: SYSTEM})
         for i, c in enumerate(self.data.get("contents") or ()):
+            if self.over and head_read(self.messages, i, c["parts"]):  # over the cap: the head only
+                break
             self._read(i, c)
 
     def _check(self) -> None:
@@ -110,7 +116,7 @@ class GenerateContentRequest:
                 fc = part["functionCall"]
                 cid = str(fc.get("id") or f"{SYNTHETIC}{i}-{j}")
                 self.names[cid] = str(fc.get("name", ""))
-                self.open.append((self.names[cid], cid))
+                self.open.add(self.names[cid], cid)
                 calls.append({"id": cid, "type": "function", "function": {
                     "name": self.names[cid], "arguments": dumps(fc.get("args", {}))}})
             else:
@@ -132,11 +138,11 @@ class GenerateContentRequest:
         """The call a ``functionResponse`` answers: its ``id``, else the oldest open call
         of its name."""
         name, given = str(fr.get("name", "")), fr.get("id")
-        at = next((n for n, (nm, cid) in enumerate(self.open)
-                   if (cid == given if given else nm == name)), None)
-        if at is None:
-            return str(given or f"{SYNTHETIC}{i}-{j}")
-        return self.open.pop(at)[1]
+        if given:
+            found = self.open.take_id(given) if isinstance(given, str) else None
+        else:
+            found = self.open.take_name(name)
+        return found if found is not None else str(given or f"{SYNTHETIC}{i}-{j}")
 
     def _fill_raw(self) -> None:
         """The containers (one per content), with each part's exact text (only to splice)."""
@@ -168,7 +174,7 @@ class GenerateContentRequest:
         config = d.get("generationConfig")
         limit = config.get("maxOutputTokens") if isinstance(config, dict) else None
         chat = neutral_body(self.model or d.get("model"), self.messages, tools or None, limit)
-        return Parsed(d, chat, self.stream, self.splice, rewritable=self.rewritable)
+        return Parsed(d, chat, self.stream, self.splice, rewritable=self.rewritable, over=self.over)
 
     def splice(self, messages: list[Any]) -> bytes:
         gs = groups(messages)
@@ -187,8 +193,7 @@ class GenerateContentRequest:
     def _system_parts(self) -> tuple[int, int]:
         start = value_start(self.text, self.spans["systemInstruction"][0], "parts")
         spans = array_spans(self.text, start)
-        return start, (spans[-1][1] if spans else start + 1) + self.text[
-            (spans[-1][1] if spans else start + 1):].index("]") + 1
+        return start, self.text.index("]", spans[-1][1] if spans else start + 1) + 1
 
     def _system(self, content: Any) -> str:
         start, _ = self._system_parts()
@@ -213,8 +218,7 @@ class GenerateContentRequest:
             return []
         start = value_start(self.text, c.bounds[0], "parts")
         spans = array_spans(self.text, start)
-        after = (spans[-1][1] if spans else start + 1)
-        end = after + self.text[after:].index("]") + 1
+        end = self.text.index("]", spans[-1][1] if spans else start + 1) + 1
         raw = self.text[c.bounds[0]:start] + "[" + ",".join(built) + "]" + self.text[end:c.bounds[1]]
         return [Out(role, built, raw=raw, orig=g.src)]
 
@@ -247,5 +251,6 @@ class GenerateContentRequest:
         return known
 
 
-def parse(raw: bytes, path: str = "") -> Parsed:
-    return GenerateContentRequest(raw, path).parsed()
+def parse(raw: bytes, path: str = "", max_items: int = 0) -> Parsed:
+    """The request (``max_items``: past that many neutral messages, read the head only)."""
+    return GenerateContentRequest(raw, path, max_items).parsed()

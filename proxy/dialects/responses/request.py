@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_engine.proxy.dialects.base import (
+    HEAD,
     Container,
     Group,
     Parsed,
@@ -29,25 +30,17 @@ from context_engine.proxy.dialects.base import (
 )
 from context_engine.proxy.dialects.jsonspan import array_spans, decode_request, replace_spans
 from context_engine.proxy.dialects.memo import TranslationMemo
+from context_engine.proxy.dialects.responses.counting import (
+    CALLS,
+    item_kind,
+    kind_of,
+    message_count,
+)
 from context_engine.proxy.engine.opaque import OPAQUE, PLACEHOLDER, SRC
 from context_engine.proxy.errors import BadRequest
 
-CALLS = {"function_call": "arguments", "custom_tool_call": "input"}
-RESULTS = {"function_call_output", "custom_tool_call_output"}
-ROLES = {"user", "assistant", "system", "developer"}
 INSTRUCTIONS = -1
 MEMO = TranslationMemo()
-
-
-def _kind(item: dict[str, Any]) -> str:
-    t = item.get("type")
-    if t in (None, "message") and isinstance(item.get("role"), str):
-        return "content" if item["role"] == "assistant" else "message"
-    if t in CALLS:
-        return "call"
-    if t in RESULTS:
-        return "result"
-    return "opaque"
 
 
 def _check(data: dict[str, Any]) -> None:
@@ -60,23 +53,6 @@ def _check(data: dict[str, Any]) -> None:
         return
     if not isinstance(items, list):
         raise BadRequest("'input' must be a string or an array of items.", param="input")
-
-
-def _item_kind(i: int, item: Any) -> str:
-    """The item's kind, or ``BadRequest`` when it is not a valid input item."""
-    if not isinstance(item, dict):
-        raise BadRequest(f"input[{i}] must be an object.", param=f"input[{i}]")
-    kind = _kind(item)
-    if kind in ("message", "content"):
-        if item["role"] not in ROLES or not isinstance(item.get("content"), (str, list)):
-            raise BadRequest(f"input[{i}]: a message needs a role (user, assistant, system, "
-                             "developer) and string or array content.", param=f"input[{i}]")
-    elif kind in ("call", "result") and not isinstance(item.get("call_id"), str):
-        raise BadRequest(f"input[{i}]: '{item.get('type')}' needs a string 'call_id'.",
-                         param=f"input[{i}].call_id")
-    elif kind == "opaque" and not isinstance(item.get("type"), str):
-        raise BadRequest(f"input[{i}] has no 'type'.", param=f"input[{i}].type")
-    return kind
 
 
 def _content(item: dict[str, Any]) -> Any:
@@ -101,7 +77,7 @@ def _neutral_call(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unit(item: dict[str, Any], raw: str) -> Unit:
-    kind = _kind(item)
+    kind = kind_of(item)
     return Unit("content" if kind == "message" else kind, item,
                 item["call_id"] if kind in ("call", "result") else "", raw)
 
@@ -151,7 +127,7 @@ def _new_items(m: dict[str, Any]) -> list[str]:
 
 
 class ResponsesRequest:
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, max_items: int = 0) -> None:
         self.text, self.data, self.spans, self.rewritable = decode_request(raw, BadRequest)
         _check(self.data)
         self.containers: list[Container] = []  # built by _fill_raw
@@ -159,6 +135,7 @@ class ResponsesRequest:
         self.messages: list[dict[str, Any]] = []
         self.server_state = next((k for k in ("previous_response_id", "conversation")
                                   if self.data.get(k)), "")
+        self.over = max_items > 0 and message_count(self.data, self.server_state) > max_items
         instructions = self.data.get("instructions")
         if isinstance(instructions, str) and not self.server_state:
             self.messages.append({"role": "system", "content": instructions, SRC: INSTRUCTIONS})
@@ -172,6 +149,10 @@ class ResponsesRequest:
         """The items, with the translation of those this conversation sent before (all
         but its last container, which new items may extend) taken from the memo."""
         own, span = len(self.messages), self.spans["input"]
+        if self.over:  # over the cap: the first items only (its first user and instruction
+            # messages, for the session id), nothing kept
+            self._read_items(items[:HEAD])
+            return
         kept = MEMO.find(self.text, span[0]) if self.rewritable else None
         if kept is not None:
             self.where.extend(kept[0])
@@ -188,7 +169,7 @@ class ResponsesRequest:
         run: list[tuple[dict[str, Any], str]] = []  # the current run of assistant-side items
         for n in range(first, len(items)):
             item = items[n]
-            kind = _item_kind(n, item)
+            kind = item_kind(n, item)
             if kind in ("content", "call", "opaque"):
                 if kind == "content" and any(k != "opaque" for _, k in run):
                     # a second assistant message, or one after a call, starts a new turn,
@@ -243,7 +224,7 @@ class ResponsesRequest:
         d = self.data
         chat = neutral_body(d.get("model"), self.messages, d.get("tools"), d.get("max_output_tokens"))
         notes = {"server_state": self.server_state} if self.server_state else {}
-        return Parsed(d, chat, d.get("stream") is True, self.splice, notes, self.rewritable)
+        return Parsed(d, chat, d.get("stream") is True, self.splice, notes, self.rewritable, self.over)
 
     def splice(self, messages: list[Any]) -> bytes:
         gs = groups(messages)
@@ -283,7 +264,8 @@ class ResponsesRequest:
         return [(None, i) for i in items]
 
 
-def parse(raw: bytes, path: str = "") -> Parsed:
-    """The request (``path``: where it was sent; this API reads everything from the body)."""
-    return ResponsesRequest(raw).parsed()
+def parse(raw: bytes, path: str = "", max_items: int = 0) -> Parsed:
+    """The request (``path``: where it was sent; this API reads everything from the body;
+    ``max_items``: past that many neutral messages, read the head only)."""
+    return ResponsesRequest(raw, max_items).parsed()
 
