@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_flags(p)
     p.add_argument("--offline", action="store_true", help="skip the upstream reachability check")
     p.set_defaults(func=cmd_doctor)
-    from context_engine.proxy.store.purge import add_parser as add_purge
+    from context_engine.proxy.reporting.purge import add_parser as add_purge
 
     add_purge(sub, _serve_flags, _settings)
     sub.add_parser("bench", help="benchmark the rules on JSONL cases (see bench --help)", add_help=False)

@@ -69,7 +69,8 @@ def test_a_recall_round_logs_no_key(tmp_path, caplog):
                                                          "response": {"output": LINES}}}]},
         {"role": "user", "parts": [{"text": "What did sensor-100 read?"}]}],
         "tools": [{"functionDeclarations": DECLS}]}
-    with GeminiRecallUpstream() as up, recall_proxies(up.url, tmp_path) as start:
+    up = GeminiRecallUpstream()
+    with up, recall_proxies(up.url, tmp_path) as start:
         p = start(log_level="debug")
         for how in (":generateContent?", ":streamGenerateContent?alt=sse&"):
             before = len(up.requests)

@@ -7,7 +7,7 @@ VACUUM (until then the bytes remain in the table's files, readable only by the s
 A row carries its session id, agent and project tags, but no caller scope of its own: a
 scope's rows are those of its sessions, found two ways: an ``X-Session-Id`` session ends
 in ``~<scope>``, and a derived session (``s-…``) is named by the store's scope index
-(``proxy/store/purge.py``) for as long as the store still holds something it wrote.
+(``proxy/reporting/purge.py``) for as long as the store still holds something it wrote.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ scopes at once.
 
 Reads are remembered and applied to the index in batches (at the next write, or every
 ``TOUCH_BATCH`` reads), so a read costs no index write; with a TTL they renew the key's
-expiry then. The index is also what ``context-engine purge`` (``proxy/store/purge.py``)
+expiry then. The index is also what ``context-engine purge`` (``proxy/reporting/purge.py``)
 reads to find a scope's or a session's keys. Accounting fails open: an index that cannot
 be written (Redis down) leaves the value stored and uncounted.
 """
