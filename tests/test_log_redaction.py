@@ -30,6 +30,22 @@ def _seen(records: list[logging.LogRecord]) -> str:
     return "\n".join(f"{form.format(r)} {r.args!r} {r.exc_text or ''}" for r in records)
 
 
+@pytest.fixture
+def caplog(caplog: pytest.LogCaptureFixture) -> Any:
+    """Every record at DEBUG, the libraries' included (whatever an earlier test did to
+    their loggers' levels or ``disabled`` flags)."""
+    caplog.set_level(logging.DEBUG)
+    names = ("httpx", "httpcore", "uvicorn", "uvicorn.error", "context_engine")
+    loggers = [logging.getLogger(n) for n in names]
+    was = [(lg.disabled, lg.propagate) for lg in loggers]
+    for lg in loggers:
+        caplog.set_level(logging.DEBUG, logger=lg.name)
+        lg.disabled, lg.propagate = False, True
+    yield caplog
+    for lg, (disabled, propagate) in zip(loggers, was):
+        lg.disabled, lg.propagate = disabled, propagate
+
+
 def _no_secret(caplog: pytest.LogCaptureFixture) -> None:
     seen = _seen(caplog.records)
     assert KEY not in seen and HEADER_KEY not in seen

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import random
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -119,25 +117,15 @@ def test_a_request_over_the_message_cap_with_a_made_up_key_is_answered_without_t
     over = start_proxy(upstream=raw.url + "/v1", rules_max_messages=1000)
     under = start_proxy(upstream=raw.url + "/v1", rules_max_messages=100_000, rules_max_body_bytes=10**8)
 
-    def took(proxy) -> float:
-        times = []
-        for _ in range(3):
-            proxy.rows()  # the last request's row written: nothing runs in the background
-            start = time.process_time()  # this process's CPU: client, proxy and upstream
-            r = httpx.post(proxy.url + GEMINI_PATH, content=body, timeout=60,
-                           headers={"content-type": "application/json", "x-goog-api-key": "made-up"})
-            times.append(time.process_time() - start)
-            assert r.status_code == 200
-        return statistics.median(times)
-
-    seen = []
-    for _ in range(3):  # a noisy moment is measured again; work that was not skipped fails each time
-        fast, slow = took(over), took(under)
-        seen.append(f"over the cap {fast:.3f}s of CPU, under it {slow:.3f}s")
-        if fast < 0.6 * slow:
-            break
-    else:
-        pytest.fail("; ".join(seen))
+    for proxy in (over, under):
+        r = httpx.post(proxy.url + GEMINI_PATH, content=body, timeout=60,
+                       headers={"content-type": "application/json", "x-goog-api-key": "made-up"})
+        assert r.status_code == 200
+    # under the cap the whole conversation is translated and tokenized; over it, neither
+    # (the per-part work the cap spares: tests/test_parse_linear_time.py bounds its growth)
+    full = under.rows()[-1]
+    assert "skipped" not in json.loads(full["context"] or "{}")
+    assert full["tokens_original"] != len(body) // 4
     row = over.rows()[-1]
     assert row["arm"] == "bypass" and json.loads(row["context"])["skipped"] == "rules_max_messages"
     assert row["tokens_original"] == len(body) // 4  # counted from its length, not tokenized
