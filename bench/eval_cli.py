@@ -6,6 +6,8 @@ llama.cpp, LM Studio), and prints both scores, their paired difference with a 95
 bootstrap interval, tokens and cost, overall and per category. Answers are cached by
 request hash under ``--cache``: a second run, or one resumed after an interruption,
 asks only what is not answered yet. Exit status 1 when a request failed.
+
+``context-engine eval agent …`` is the task-success A/B instead (``eval_agent_cli``).
 """
 
 from __future__ import annotations
@@ -127,6 +129,11 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None,
 
 
 def main(argv: list[str] | None = None, registry: Registry = REGISTRY) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["agent"]:  # ``eval agent``: the task-success A/B (docs/eval-agent.md)
+        from context_engine.bench.eval_agent_cli import main as agent_main
+
+        return agent_main(given[1:])
     parser = argparse.ArgumentParser(prog="context-engine eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(parser)
