@@ -196,3 +196,18 @@ def test_a_prefix_another_session_cached_counts_for_the_original(start_proxy):
         // rows[0]["prompt_tokens"] - 1
     total = overall(rows)
     assert abs(total.cost_original / total.cost_actual - 1) < 0.05
+
+
+def test_recall_rounds_are_the_rewrites_cost_never_the_originals():
+    """A rewritten request whose reply needed a recall round: the billed usage holds both
+    calls; the original, sent direct, would have made the first alone."""
+    base = {"model": "gpt-4o", "arm": "rewrite", "tokens_original": 5000, "tokens_sent": 2000,
+            "prompt_tokens": 2000, "cached_tokens": 0, "completion_tokens": 50,
+            "est_cached_original": 0, "est_write_original": 0}
+    plain = row_bill(base)
+    recalled = row_bill({**base, "prompt_tokens": 4300, "cached_tokens": 1900,
+                         "completion_tokens": 80, "recall_rounds": 1,
+                         "recall_prompt_tokens": 2300, "recall_completion_tokens": 30})
+    assert plain is not None and recalled is not None
+    assert recalled.original == plain.original  # the same original request
+    assert recalled.actual > plain.actual  # the rewrite paid for the round

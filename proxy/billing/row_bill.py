@@ -53,9 +53,15 @@ def row_bill(row: dict[str, Any]) -> RowBill | None:
     cached, write = row.get("cached_tokens") or 0, row.get("cache_write_tokens") or 0
     out = (row.get("completion_tokens") or 0) * price.output
     actual = _input_cost(price, prompt, cached, write) + out
+    # the recall rounds' follow-ups (their input and output are in the billed usage) are the
+    # rewrite's own cost: the original, sent direct, would have had none of them
+    recall_in = min(prompt, row.get("recall_prompt_tokens") or 0)
+    first = prompt - recall_in
+    out_first = max(0, (row.get("completion_tokens") or 0)
+                    - (row.get("recall_completion_tokens") or 0)) * price.output
     # the estimate counts with the proxy's tokenizer; the bill with the provider's
     sent, original = row.get("tokens_sent") or 0, row.get("tokens_original") or 0
-    scale = prompt / sent if sent and row.get("prompt_tokens") is not None else 1.0
+    scale = first / sent if sent and row.get("prompt_tokens") is not None else 1.0
     est_read, est_write = row.get("est_cached_original"), row.get("est_write_original") or 0
     billed = row.get("arm") in ("shadow", "passthrough", "bypass") or row.get("failed_open")
     # What the rules removed is message text. Where the proxy counts with the model's own
@@ -65,17 +71,18 @@ def row_bill(row: dict[str, Any]) -> RowBill | None:
     # original's own ratio then converts its cache estimate.
     exact = not row.get("encoding_fallback") and not billed and original > sent > 0
     saved = round((original - sent) * (1.0 if exact else scale))
-    ratio = (prompt + saved) / original if exact else scale
+    ratio = (first + saved) / original if exact else scale
     if est_read is not None:
         est_read, est_write = round(est_read * ratio), round(est_write * ratio)
     if billed:
         estimate = None if est_read is None else _input_cost(price, prompt, est_read, est_write) + out
         return RowBill(actual, actual, "billed", estimate)
     if est_read is None:
-        cached = min(cached, prompt)
-        return RowBill((prompt + saved - cached) * price.input + cached * price.cached_input + out,
+        cached = min(cached, first)
+        return RowBill((first + saved - cached) * price.input + cached * price.cached_input + out_first,
                        actual, "assumed")
-    return RowBill(_input_cost(price, prompt + saved, est_read, est_write) + out, actual, "estimate")
+    return RowBill(_input_cost(price, first + saved, est_read, est_write) + out_first, actual,
+                   "estimate")
 
 
 def row_costs(row: dict[str, Any]) -> tuple[float, float] | None:
