@@ -79,7 +79,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         rows = read_rows(settings.ledger, since)
     except ValueError as exc:  # an unreachable database
         raise ConfigError(f"ledger: {exc}") from None
-    data = build(rows, args.by)
+    if args.quality:  # what the rewrite costs the agent (proxy/reporting/quality.py)
+        from context_engine.proxy.reporting import quality, quality_render
+
+        by = "rule" if args.by == "model" else args.by
+        if by not in quality.BY:
+            print(f"context-engine: --quality --by takes {', '.join(quality.BY)}", file=sys.stderr)
+            return 2
+        data, show = quality.build(rows, by), quality_render.render
+    else:
+        data, show = build(rows, args.by), render
     if args.format == "json":
         print(to_json(data))
     elif args.format == "csv":
@@ -88,7 +97,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"No requests in the ledger at {redact_url(settings.ledger)}" + (f" since {args.since}" if args.since else ""))
     else:
         console = Console(width=150)
-        for part in render(data):
+        for part in show(data):
             console.print(part)
     return 0
 
@@ -167,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=("model", "rule", "session", "day", "api", "replica",
                                                 "agent", "project"), default="model")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument("--quality", action="store_true",
+                   help="what the rewrite costs the agent: re-reads, recall calls, turns, errors "
+                        "(--by rule|agent|project|day)")
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("demo", help="replay a bundled agent conversation through the proxy")
     _serve_flags(p)

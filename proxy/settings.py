@@ -90,6 +90,11 @@ class Settings:
     mode: str = field(default="rewrite", metadata={"help": "rewrite | shadow | ab"})
     ab_share: float = field(default=0.5,
                             metadata={"help": "ab mode: share of sessions rewritten (0-1)"})
+    ab_guard_rereads_per_session: float = field(default=0.0, metadata={
+        "help": "ab mode: a rule whose re-reads per rewritten session pass this is turned off "
+                "for new sessions (ab.guard; 0 = off)"})
+    ab_guard_min_sessions: int = field(default=10, metadata={
+        "help": "ab.guard judges a rule only after this many rewritten sessions ran it"})
     log_level: str = field(default="info", metadata={"help": "debug | info | warning | error"})
     stream_coalesce_ms: float = field(default=10.0, metadata={
         "help": "an SSE stream's small events that arrive within this many ms are read and "
@@ -237,6 +242,10 @@ def _check(s: Settings) -> None:
         raise ConfigError(f"port: {s.port} is out of range 1-65535")
     if not 0.0 <= s.ab_share <= 1.0:
         raise ConfigError(f"ab_share: {s.ab_share} must be between 0 and 1")
+    if not s.ab_guard_rereads_per_session >= 0.0:
+        raise ConfigError(f"ab_guard_rereads_per_session: {s.ab_guard_rereads_per_session} must be 0 (off) or more")
+    if s.ab_guard_min_sessions < 1:
+        raise ConfigError(f"ab_guard_min_sessions: {s.ab_guard_min_sessions} must be 1 or more")
     try:
         ledger_kind(s.ledger)
     except ValueError as exc:

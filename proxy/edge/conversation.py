@@ -153,7 +153,7 @@ class Conversation:
 
         def done(usage: Usage, upstream_ms: float, error: str, status: int) -> None:
             cost = loop.cost() if loop is not None else (0, 0, 0)
-            self.finisher.schedule(received, rewritten, Answered.of(usage, status, upstream_ms, error, cost),
+            self.finisher.schedule(received, rewritten, Answered.of(usage, status, upstream_ms, error, cost, loop),
                                    body.chat, rewrite, usage,
                                    shadow=arm == "shadow" and body.rewritable and not body.over,
                                    size=len(raw))

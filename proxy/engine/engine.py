@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from context_engine.proxy.engine import profiles
+from context_engine.proxy.engine.ab_guard import AbGuard
 from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, mark_stable, restore
 from context_engine.proxy.engine.commits import Commits
 from context_engine.proxy.engine.context import RequestContext
@@ -67,6 +68,7 @@ class Engine:
         self.routed = RoutedStore(self.store)  # the rules write into the rewrite's PendingWrites
         self.deps = RuleDeps(store=self.routed, embedder=embedder)
         self.stats = PipelineStats()
+        self.guard = AbGuard(settings.ab_guard_rereads_per_session, settings.ab_guard_min_sessions)
         self.pipeline = Pipeline(rules if rules is not None else settings.build_rules(self.deps, registry),
                                  self.stats)
         # one pipeline per profile and the lossless one (X-Context-Engine-Rules), built once
@@ -285,7 +287,7 @@ class Engine:
                        pending: PendingWrites) -> Rewrite:
         ctx, counter, fallback = self._context(body, session_id, caller, agent)
         name = profiles.pick(self.settings, ctx.model, choice)
-        pipeline = self.pipelines.get(name, self.pipeline)
+        pipeline = self.guard.pipeline(session_id, self.pipelines.get(name, self.pipeline))
         result = await pipeline.run(ctx, counter, deadline)
         auto = self.settings.cache.auto_breakpoints
         if (result.changed or auto) and not result.failed_open:

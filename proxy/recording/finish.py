@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 from typing import Any, Protocol
 
@@ -30,13 +31,15 @@ from context_engine.proxy.billing.estimate import BillEstimate, BillEstimator
 from context_engine.proxy.engine.engine import Engine, Rewrite
 from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
 from context_engine.proxy.engine.pending_writes import refused
+from context_engine.proxy.engine.rereads import detect
+from context_engine.proxy.engine.tokens import counter_for_model
 from context_engine.proxy.recording.context_metrics import (
     Oscillation,
     data_segments,
     tool_retries,
     utilization,
 )
-from context_engine.proxy.recording.ledger import Ledger, LedgerRow
+from context_engine.proxy.recording.ledger import GUARD_ARM, Ledger, LedgerRow
 from context_engine.proxy.recording.row_parts import (
     Answered,
     Measured,
@@ -153,10 +156,25 @@ class Finisher:
                 self.ledger.record(row)
             if self.metrics is not None:
                 self.metrics.observe(row)
+            self._guard(row)
         except Exception:  # the edge: a metric that cannot be counted is only logged
             log.exception("recording a request failed")
         finally:
             self.unfinished -= 1
+
+    def _guard(self, row: LedgerRow) -> None:
+        """ab.guard (``proxy/engine/ab_guard.py``): a rule it turns off is logged and noted
+        in the ledger with its evidence."""
+        decision = self.engine.guard.observe(row)
+        if decision is None:
+            return
+        log.warning("ab.guard: rule %s off for new sessions: %d re-reads in %d rewritten sessions "
+                    "(%.2f per session > %s)", decision["rule"], decision["rereads"],
+                    decision["sessions"], decision["rereads_per_session"], decision["threshold"])
+        if self.ledger is not None:
+            self.ledger.record(LedgerRow(mode="ab", arm=GUARD_ARM, path="ab.guard",
+                                         guard=json.dumps(decision, sort_keys=True),
+                                         error=f"rule {decision['rule']} off for new sessions"))
 
     def _measure(self, received: Received, rewritten: Rewritten, answered: Answered,
                  data: dict[str, Any], rewrite: Rewrite | None, usage: Answer,
@@ -177,6 +195,10 @@ class Finisher:
             measured = dataclasses.replace(measured, tool_retries=tool_retries(data["messages"]))
         except Exception:  # the edge: metrics never lose the ledger row
             log.exception("finishing a request failed")
+        try:
+            measured = quality(measured, received, rewritten, answered, data, rewrite)
+        except Exception:  # the edge: the signals never lose the ledger row
+            log.exception("reading the behaviour signals failed")
         try:
             bill = self.bill.observe(bill_facts(received, rewritten, answered), data, rewrite, usage.notes)
         except Exception:  # the edge: the estimate never loses the ledger row
@@ -215,6 +237,22 @@ class Finisher:
     def close(self) -> None:
         self._worker.shutdown(wait=True)
         self.engine.close()
+
+
+def quality(measured: Measured, received: Received, rewritten: Rewritten, answered: Answered,
+            data: dict[str, Any], rewrite: Rewrite | None) -> Measured:
+    """``measured`` with the request's behaviour signals (``proxy/engine/rereads.py``):
+    re-reads count only where the rewrite went out; recall answers' tokens."""
+    count = counter_for_model(received.model)[0].text
+    went_out = rewrite is not None and received.arm == "rewrite" and not rewritten.failed_open
+    if rewrite is not None and rewrite.result.original_messages is not None:
+        original = rewrite.result.original_messages
+    else:
+        original = data["messages"]
+    signals = detect(original, rewrite.result.ctx.messages if went_out and rewrite else None,
+                     rewrite.result.journal if rewrite is not None else (), count)
+    return dataclasses.replace(measured, signals=signals.columns(),
+                               recall_tokens=sum(map(count, answered.recall_answers)))
 
 
 async def _shadow_rewrite(engine: Engine, data: dict[str, Any], session: str) -> Rewrite | None:

@@ -103,12 +103,27 @@ class LedgerRow:
     recall_completion_tokens: int = 0  # their output tokens
     agent: str = ""  # the client's tags (proxy/edge/tags.py): which agent, which project folder
     project: str = ""
+    # behaviour signals (proxy/engine/rereads.py, docs/quality.md): repeat reads of results the
+    # proxy cleared or shortened (by rule: [count, tokens]) and of results sent whole (base rate)
+    rereads: int = 0
+    reread_tokens: int = 0
+    reread_turns: int = 0  # assistant turns between each re-read and the read it repeats, summed
+    reread_rules: dict[str, list[int]] = field(default_factory=dict)
+    repeat_reads: int = 0
+    repeat_read_tokens: int = 0
+    format_errors: int = 0  # newest tool results reading like a tool-call format error
+    user_turn: bool = False  # the request opens a task (its newest message is the user's)
+    recall_calls: int = 0  # context_recall calls the recall loop answered (or refused)
+    recall_tokens: int = 0  # tokens the recall answers brought back
+    rewrite_error: bool = False  # a 4xx on a request the proxy changed
+    guard: str = ""  # an ab.guard decision (a note row: arm ``guard``), JSON
 
     def as_params(self) -> dict[str, Any]:
         d = asdict(self)
         d["rule_savings"] = json.dumps(self.rule_savings, sort_keys=True, default=str)
         d["journal"] = json.dumps(self.journal, ensure_ascii=False, default=str)
         d["context"] = json.dumps(self.context, ensure_ascii=False, sort_keys=True, default=str)
+        d["reread_rules"] = json.dumps(self.reread_rules, sort_keys=True, default=str)
         d["path"] = self.path[:MAX_PATH]
         return {k: clean_value(v) for k, v in d.items()}
 
@@ -201,19 +216,25 @@ class Ledger(RowWriter):
         super().record(row)
 
 
-def read_rows(path: str, since: float | None = None) -> list[dict[str, Any]]:
-    """All rows (as dicts) newer than ``since`` (a UNIX time), oldest first."""
+GUARD_ARM = "guard"  # note rows: ab.guard decisions (``read_rows(notes=True)``), not requests
+
+
+def read_rows(path: str, since: float | None = None, notes: bool = False) -> list[dict[str, Any]]:
+    """All request rows (as dicts) newer than ``since`` (a UNIX time), oldest first;
+    ``notes``: the note rows instead (``ab.guard`` decisions)."""
     if ledger_kind(path) == "postgresql":
         from context_engine.proxy.recording.ledger_pg import read_rows as read_pg
 
-        return read_pg(path, since)
+        return read_pg(path, since, notes)
     path = sqlite_path(path)
     if not os.path.exists(path):
         return []
     conn = connect(path)
     conn.row_factory = sqlite3.Row
     try:
-        cur = conn.execute("SELECT * FROM requests WHERE ts >= ? ORDER BY id", (since or 0,))
+        which = "arm = ?" if notes else "(arm IS NULL OR arm != ?)"
+        cur = conn.execute(f"SELECT * FROM requests WHERE ts >= ? AND {which} ORDER BY id",
+                           (since or 0, GUARD_ARM))
         return [dict(r) for r in cur.fetchall()]
     finally:
         conn.close()

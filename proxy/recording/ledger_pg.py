@@ -141,15 +141,18 @@ def _shut(conn: Any) -> None:
         pass
 
 
-def read_rows(url: str, since: float | None = None) -> list[dict[str, Any]]:
-    """All rows (as dicts, like SQLite's) newer than ``since``, in the order written; none
-    before a server has created the table."""
+def read_rows(url: str, since: float | None = None, notes: bool = False) -> list[dict[str, Any]]:
+    """All request rows (as dicts, like SQLite's) newer than ``since``, in the order
+    written, or with ``notes`` the note rows (``ab.guard``); none before a server has
+    created the table."""
     from psycopg.errors import UndefinedTable
     from psycopg.rows import dict_row
 
     with connect(url, schema=False) as conn, conn.cursor(row_factory=dict_row) as cur:
         try:
-            cur.execute(f"SELECT * FROM {TABLE} WHERE ts >= %s ORDER BY id", (since or 0,))
+            which = "arm = %s" if notes else "(arm IS NULL OR arm <> %s)"
+            cur.execute(f"SELECT * FROM {TABLE} WHERE ts >= %s AND {which} ORDER BY id",
+                        (since or 0, "guard"))
         except UndefinedTable:
             return []
         return [dict(r) for r in cur.fetchall()]

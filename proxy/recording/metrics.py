@@ -82,6 +82,20 @@ class Metrics:
                                      "Share of injected snippets changed from the previous turn",
                                      buckets=SHARE_BUCKETS, registry=r)
         self.bill = BillMetrics(r, self.label)
+        self.rereads = Counter("context_engine_rereads", "Tool calls repeating a result the proxy "
+                               "cleared or shortened, by the rule that changed it", ["rule"], registry=r)
+        self.reread_tokens = Counter("context_engine_reread_tokens", "Tokens of those re-read results",
+                                     ["rule"], registry=r)
+        self.repeat_reads = Counter("context_engine_repeat_reads", "Tool calls repeating a result "
+                                    "sent whole (the agent's base rate)", registry=r)
+        self.recall_calls = Counter("context_engine_recall_calls", "context_recall calls answered",
+                                    registry=r)
+        self.recall_tokens = Counter("context_engine_recall_tokens", "Tokens recall answers brought back",
+                                     registry=r)
+        self.format_errors = Counter("context_engine_format_errors", "Tool results reading like "
+                                     "a tool-call format error", ["arm"], registry=r)
+        self.rewrite_errors = Counter("context_engine_rewrite_errors", "4xx answers to requests "
+                                      "the proxy changed", registry=r)
 
     def watch(self, name: str, help_text: str, read: Callable[[], float]) -> None:
         """A gauge read when /metrics is scraped (ledger drops, shadow skips, store state)."""
@@ -113,6 +127,21 @@ class Metrics:
             self.oscillation.observe(row.oscillation)
         if _count(row.status) < 400:  # a refused request was not billed
             self.bill.observe(row)
+        self.observe_quality(row)
+
+    def observe_quality(self, row: LedgerRow) -> None:
+        """The behaviour signals (``proxy/engine/rereads.py``)."""
+        for rule, (n, tokens) in row.reread_rules.items():
+            label = self.label("rule", rule)
+            self.rereads.labels(label).inc(_count(n))
+            self.reread_tokens.labels(label).inc(_count(tokens))
+        self.repeat_reads.inc(_count(row.repeat_reads))
+        self.recall_calls.inc(_count(row.recall_calls))
+        self.recall_tokens.inc(_count(row.recall_tokens))
+        if row.format_errors:
+            self.format_errors.labels(self.label("arm", row.arm)).inc(_count(row.format_errors))
+        if row.rewrite_error:
+            self.rewrite_errors.inc()
 
     def render(self) -> Any:
         return generate_latest(self.registry)

@@ -128,13 +128,19 @@ class Answered:
     recall_rounds: int = 0
     recall_prompt_tokens: int = 0
     recall_completion_tokens: int = 0
+    recall_calls: int = 0  # context_recall calls the loop answered or refused
+    recall_answers: tuple[str, ...] = ()  # what they brought back (counted when finishing)
 
     @classmethod
     def of(cls, usage: Metered, status: int, upstream_ms: float, error: str,
-           recall: tuple[int, int, int] = (0, 0, 0)) -> Answered:
-        """A relayed reply with its ``usage``; ``recall``: the recall loop's rounds and tokens."""
+           recall: tuple[int, int, int] = (0, 0, 0), loop: Any = None) -> Answered:
+        """A relayed reply with its ``usage``; ``recall``: the recall loop's rounds and
+        tokens; ``loop``: the loop itself (``proxy/recall/loop.py``), for its calls."""
+        rounds = getattr(loop, "rounds", None) or ()
+        answers = tuple(str(a) for _, results in rounds for a in results)
         return cls(status, error, upstream_ms, usage.prompt_tokens, usage.cached_tokens,
-                   usage.completion_tokens, usage.cache_write_tokens, usage.finish_reason, *recall)
+                   usage.completion_tokens, usage.cache_write_tokens, usage.finish_reason, *recall,
+                   recall_calls=sum(len(turn.calls) for turn, _ in rounds), recall_answers=answers)
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,8 @@ class Measured:
     tool_retries: int = 0
     context: Mapping[str, Any] = field(default_factory=dict)  # retrieval_hit, unmeasured
     error: str = ""  # shadow skipped (when the upstream reported no error)
+    signals: Mapping[str, Any] = field(default_factory=dict)  # ``rereads.Signals.columns()``
+    recall_tokens: int = 0
 
 
 def context_of(received: Received, rewritten: Rewritten, measured: Measured | None = None) -> dict[str, Any]:
@@ -185,4 +193,17 @@ def assemble(received: Received, rewritten: Rewritten, answered: Answered,
         replica=replica, traceparent=received.traceparent, recall_rounds=answered.recall_rounds,
         recall_prompt_tokens=answered.recall_prompt_tokens,
         recall_completion_tokens=answered.recall_completion_tokens,
-        agent=received.agent, project=received.project)
+        agent=received.agent, project=received.project, **dict(measured.signals),
+        recall_calls=answered.recall_calls, recall_tokens=measured.recall_tokens,
+        rewrite_error=rewrite_error(received, rewritten, answered))
+
+
+NOT_THE_REWRITE = frozenset({401, 403, 404, 408, 409, 429})  # key, model, rate: not the body
+
+
+def rewrite_error(received: Received, rewritten: Rewritten, answered: Answered) -> bool:
+    """A 4xx on a request the proxy changed (the original would likely not have had it)."""
+    changed = not rewritten.failed_open and (rewritten.tokens_sent != rewritten.tokens_original
+                                             or any(rewritten.rule_savings.values()))
+    return (received.arm == "rewrite" and changed and 400 <= answered.status < 500
+            and answered.status not in NOT_THE_REWRITE)

@@ -4,7 +4,9 @@ Sessions are the unit of assignment, so they are the unit of analysis: each sess
 contributes its mean actual cost (and tokens) per request. The difference of the arm
 means comes with a 95% confidence interval (Welch, normal approximation). Quality
 proxies per arm: error share, ``finish_reason`` length/content_filter share, turns
-per session, tool-call retries per request.
+per session, tool-call retries per request. ``judged`` (``ab_verdict.py``) compares the
+arms per session on cost and on the behaviour signals, with bootstrap intervals and a
+verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from context_engine.proxy.billing.row_bill import row_costs
+from context_engine.proxy.reporting import ab_verdict
 
 ARMS = ("rewrite", "passthrough")
 
@@ -30,6 +33,9 @@ def _mean_ci(a: list[float], b: list[float]) -> dict[str, float | None]:
 
 
 def compare(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Per arm, the bill and quality proxies; ``judged``: cost and harm per session with
+    bootstrap intervals, and the verdict (``ab_verdict.py``)."""
+    rows = list(rows)
     sessions: dict[str, dict[str, list[dict[str, Any]]]] = {arm: defaultdict(list) for arm in ARMS}
     for row in rows:
         if row.get("mode") == "ab" and row.get("arm") in ARMS:
@@ -61,6 +67,6 @@ def compare(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
             "turns_per_session": n_req / n_sess if n_sess else None,
             "tool_retries_per_request": retries / n_req if n_req else None,
         }
-    return {"arms": per_arm,
+    return {"arms": per_arm, "judged": ab_verdict.judge(list(rows)),
             "cost_diff": _mean_ci(cost_means["rewrite"], cost_means["passthrough"]),
             "prompt_tokens_diff": _mean_ci(token_means["rewrite"], token_means["passthrough"])}

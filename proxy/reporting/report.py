@@ -169,6 +169,24 @@ def render(data: dict[str, Any]) -> list[Any]:
         lines.append(_breaks_table(data["cache_breaks"]))
     if "ab" in data:
         lines.append(_ab_table(data["ab"]))
+        lines += _ab_lines(data["ab"])
+    return lines
+
+
+def _ab_lines(ab: dict[str, Any]) -> list[Any]:
+    """The per-session comparison (``ab_verdict.py``) and its verdict."""
+    from rich.text import Text
+
+    j = ab.get("judged")
+    if not j:
+        return []
+    lines: list[Any] = []
+    for s in j["signals"].values():
+        if s["diff"] is not None:
+            ci = f" (95% CI {s['ci'][0]:+.2f} … {s['ci'][1]:+.2f})" if s["ci"] else ""
+            lines.append(Text(f"A/B {s['label']}: rewrite {s['rewrite']:.2f}, passthrough "
+                              f"{s['passthrough']:.2f}, difference {s['diff']:+.2f}{ci}"))
+    lines.append(Text(f"A/B verdict: {j['verdict']}"))
     return lines
 
 

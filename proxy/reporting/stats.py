@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from context_engine.proxy.recording.ledger import Ledger, read_rows
-from context_engine.proxy.reporting import ab_compare, epochs
+from context_engine.proxy.reporting import ab_compare, epochs, quality
 from context_engine.proxy.reporting.aggregate import (
     by_rule,
     cache_breaks,
@@ -42,6 +42,7 @@ def stats(rows: list[dict[str, Any]], since: float | None) -> dict[str, Any]:
         "over_time": {"bucket": "hour" if span <= 3 * 86400 else "day",
                       "rows": [t.as_dict() for t in totals_by(rows, "hour" if span <= 3 * 86400 else "day")]},
         "ab": ab_compare.compare(rows) if any(r.get("mode") == "ab" for r in rows) else None,
+        "quality": quality.over_time(rows, "hour" if span <= 3 * 86400 else "day"),
         "slowest": slowest(rows),
         "compaction": {"kinds": epochs.kinds(rows),
                        "sessions": [s.as_dict() for s in epochs.by_session(rows)[:20]]},

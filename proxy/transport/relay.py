@@ -41,6 +41,7 @@ from context_engine.proxy.errors import (
     error_response,
 )
 from context_engine.proxy.transport.batching import batches
+from context_engine.proxy.transport.error_text import error_text
 from context_engine.proxy.transport.upstream import response_headers
 from context_engine.proxy.transport.usage_tap import UsageTap
 
@@ -86,7 +87,8 @@ async def relay(r: httpx.Response, started: float, extra_headers: list[tuple[byt
     if tap is not None and on_done is not None:
         tap.feed(body)
         background = BackgroundTask(_call_soon, on_done, tap.close(),
-                                    (time.perf_counter() - started) * 1000, "", r.status_code)
+                                    (time.perf_counter() - started) * 1000,
+                                    error_text(body, r.status_code), r.status_code)
     if not any(k == b"content-length" for k, _ in headers):
         headers.append((b"content-length", str(len(body)).encode()))
     response = Response(content=body, status_code=r.status_code, background=background)
