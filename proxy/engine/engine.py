@@ -10,7 +10,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from context_engine.proxy.engine import profiles
@@ -37,7 +36,8 @@ from context_engine.proxy.engine.lanes import (
 from context_engine.proxy.engine.messages import mark_client_text, text_of
 from context_engine.proxy.engine.pending_writes import PendingWrites, RoutedStore
 from context_engine.proxy.engine.pipeline import Pipeline, PipelineResult, PipelineStats
-from context_engine.proxy.engine.recall_state import RecallState, apply_recall
+from context_engine.proxy.engine.recall_state import apply_recall
+from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.engine.sessions import session_kind
 from context_engine.proxy.engine.tokens import counter_for_model, get_encoding
 from context_engine.proxy.store.scopes import writing_as
@@ -48,14 +48,6 @@ if TYPE_CHECKING:  # the settings import the rules, which import the engine
 
 log = logging.getLogger("context_engine.engine")
 ESTIMATE_CHARS = 256 * 1024  # text above which a failed-open request's tokens are estimated
-
-@dataclass
-class Rewrite:
-    result: PipelineResult
-    encoding: str
-    encoding_fallback: bool
-    recall: RecallState | None = None  # markers made; whether context_recall is offered
-    pending: PendingWrites | None = None  # its store writes, when held for ``Engine.settle``
 
 
 class Engine:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from context_engine.proxy.billing.estimate import BillEstimate, BillFacts
-from context_engine.proxy.engine.engine import Rewrite
+from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 
 
