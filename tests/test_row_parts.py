@@ -9,8 +9,8 @@ import pytest
 
 from context_engine.proxy.billing.estimate import BillEstimate
 from context_engine.proxy.engine.context import JournalEntry, MemoryFigures, RequestContext
-from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.engine.pipeline import PipelineResult
+from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.recording.row_parts import (
     Answered,
