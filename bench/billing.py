@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from context_engine.bench.way_back import WayBack, worse, worst_session
 from context_engine.proxy.billing.estimate import BillEstimator, BillFacts
 from context_engine.proxy.billing.row_bill import row_bill
 from context_engine.proxy.engine.prefix import MARK, strip_marks
@@ -100,6 +101,10 @@ class OpenAISim:
         total = sum(map(len, cur))
         return total, min(total, 0 if best < MIN_TOKENS else best // STEP * STEP), 0
 
+    def fork(self) -> OpenAISim:
+        """A copy to price requests on that never happened to this cache (the way back)."""
+        return OpenAISim({k: list(v) for k, v in self.history.items()})
+
 
 @dataclass
 class AnthropicSim:
@@ -126,6 +131,9 @@ class AnthropicSim:
         write = end - read if end >= MIN_TOKENS and end > read else 0
         self.written.update(chain[b] for b in marks if ends[b] >= MIN_TOKENS)
         return total, read, write
+
+    def fork(self) -> AnthropicSim:
+        return AnthropicSim(set(self.written))
 
 
 def with_client_breakpoints(messages: list[Any]) -> list[Any]:
@@ -178,6 +186,7 @@ class CaseBill:
     report_original: float = 0.0
     report_actual: float = 0.0
     requests: int = 0
+    way_back: WayBack | None = None  # the re-read model's figures (bench/reread.py), when on
 
     def __post_init__(self) -> None:
         if self.direct_sim is None:
@@ -225,6 +234,8 @@ class BillTotals:
     report_actual: float = 0.0
     requests: int = 0
     worst: tuple[float, str] | None = None  # the session billed highest against its direct bill
+    way_back: WayBack | None = None
+    worst_way_back: tuple[float, str] | None = None  # the same, the way back included
 
     def add(self, case: CaseBill) -> None:
         self.direct += case.direct
@@ -232,8 +243,12 @@ class BillTotals:
         self.report_original += case.report_original
         self.report_actual += case.report_actual
         self.requests += case.requests
-        if case.direct > 0 and (self.worst is None or case.billed / case.direct > self.worst[0]):
-            self.worst = (case.billed / case.direct, case.session)
+        self.worst = worse(self.worst, case.billed, case.direct, case.session)
+        if case.way_back is not None:
+            self.way_back = self.way_back or WayBack()
+            self.way_back.merge(case.way_back)
+            self.worst_way_back = worse(self.worst_way_back, case.billed + case.way_back.total_usd,
+                                         case.direct, case.session)
 
     def summary(self) -> dict[str, Any]:
         harness = 1 - self.billed / self.direct if self.direct else None
@@ -248,24 +263,32 @@ class BillTotals:
                 "harness_saving": None if harness is None else round(harness, 4),
                 "report_saving": None if report is None else round(report, 4),
                 "gap_points": gap, "direct_usd": round(self.direct, 4), "billed_usd": round(self.billed, 4),
-                "worst_session": None if self.worst is None else
-                {"case": self.worst[1], "cost_vs_direct": round(self.worst[0], 4)}}
+                "worst_session": worst_session(self.worst),
+                **({} if self.way_back is None else {"way_back": {
+                    **self.way_back.summary(self.direct, self.billed),
+                    "worst_session": worst_session(self.worst_way_back)}})}
 
 
 async def replay_anthropic(case: Any, system: Any, counter: Any, tally: Any,
-                           caches: Caches | None = None) -> None:
+                           caches: Caches | None = None, reread: bool = False) -> None:
     """A replay of ``case`` by a client that sets Anthropic breakpoints (its own session).
     The bill counts the tools the proxy sends: the Messages adapter offers
-    ``context_recall`` on the same terms as Chat Completions."""
+    ``context_recall`` on the same terms as Chat Completions. ``reread``: the agent's way
+    back to evidence missing at a cut point is priced too (``bench/reread.py``)."""
     from context_engine.bench.cases import request_points
+    from context_engine.bench.reread import Rereads
 
     session = system.open(f"replay-anthropic:{getattr(system, 'name', '')}:{case.id}",
                           MODELS["anthropic"])
     bill = (caches or Caches()).bill("anthropic", getattr(system, "name", ""), case.id)
+    way = Rereads(bill, counter) if reread else None
+    cuts = dict(getattr(case, "cuts", ()))
     for i in request_points(case.messages):
         request = with_client_breakpoints(case.messages[: i + 1])
         out = await session.rewrite(request, case.tools)
         tools = out.tools_sent(case.tools)
         bill.add(request, case.tools, out, counter.request(request, case.tools),
                  counter.request(out.messages, tools), tools)
+        if way is not None:
+            way.after(request, out, tools, cuts.get(i + 1, ()))
     tally.add_bill(bill)

@@ -82,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the engine offers context_recall and a scripted careful model recalls "
                              "missing evidence a marker names (bench/recall_model.py); replay: at "
                              "each cut point of a session")
+    parser.add_argument("--no-reread", dest="reread", action="store_false",
+                        help="replay: do not price the agent's way back to next-action evidence a "
+                             "rewrite hid (bench/reread.py: a recall round or a re-run command, "
+                             "whichever is cheaper, beside the bill; on by default, neutral "
+                             "--api only)")
     parser.add_argument("--cold", action="store_true",
                         help="the engine meets every session on a fresh, empty store (a resumed "
                              "chat, a stateless client): nothing embedded or indexed before")
@@ -117,6 +122,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         systems = [WireSystem(s, args.api, args.opaque) if isinstance(s, EngineSystem) else s
                    for s in systems]
     counters = [TokenCounter(e.strip()) for e in args.encodings.split(",") if e.strip()]
+    reread = bool(args.replay and args.reread and args.api == NEUTRAL.name)
     report: dict[str, Any] = {
         "command": "context-engine bench " + shlex.join(without_outputs(
             argv if argv is not None else sys.argv[1:])),
@@ -131,6 +137,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         "api": args.api,
         "cold": args.cold,
         "text_actions": args.text_actions,
+        "reread": reread,
         "files": {},
     }
     for path in files:
@@ -145,7 +152,7 @@ async def run(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             if args.replay:
                 tallies = await run_replay(group, systems, counters[0], args.cache_ratio,
-                                           args.anthropic, args.cache_scope)
+                                           args.anthropic, args.cache_scope, reread)
             else:
                 tallies = await run_single(group, systems, counters)
             report["files"][label] = {"cases": len(group), "systems": summarize(tallies)}

@@ -23,6 +23,18 @@ def bill_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         {"date": report["date"], "cases": result["cases"], "requests": s["requests"]}
 
 
+def way_back_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The bill with the agent's way back to cleared evidence (``bench/reread.py``)."""
+    report, result, s = _engine(h)
+    bills = s["replay"]["billing"]
+    o, a = (bills[k]["way_back"]["cost_vs_direct"] for k in t.BILLS)
+    w = bills["openai"]["way_back"]
+    per = w["per_session"]
+    return (f"{o:.3f}× direct (OpenAI), {a:.3f}× (Anthropic), with {per['recall_rounds']:.2f} "
+            f"recall rounds and {per['rereads']:.2f} re-run commands per session"), \
+        {"date": report["date"], "cases": result["cases"], "requests": s["requests"]}
+
+
 def evidence_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     report, result, s = _engine(h)
     return f"{t.evidence(s)} at {t.pct(s['reduction'][t.PRIMARY])} fewer input tokens", \
@@ -64,8 +76,8 @@ def load_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 HEADLINES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
-    "bill": bill_figures, "evidence": evidence_figures, "cold_memory": cold_figures,
-    "eval": eval_figures, "load": load_figures}
+    "bill": bill_figures, "way_back": way_back_figures, "evidence": evidence_figures,
+    "cold_memory": cold_figures, "eval": eval_figures, "load": load_figures}
 
 
 def headline_row(h: dict[str, Any]) -> tuple[str, str, str]:

@@ -64,7 +64,7 @@ class RecallTally:
                 continue
             if state is None or not state.offer:
                 continue
-            ids = list(dict.fromkeys(i for e in missing if (i := _named(case.messages, out.messages, e))))
+            ids = list(dict.fromkeys(i for e in missing if (i := named_id(case.messages, out.messages, e))))
             if ids:
                 answers = [resolve(state.scope, {"id": i}) for i in ids]
                 self.rounds_id += 1
@@ -94,7 +94,7 @@ class RecallTally:
         }
 
 
-def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
+def named_id(original: list[Any], sent: list[Any], evidence: str) -> str | None:
     """The id a marker in ``sent`` gives a client message holding ``evidence``: its
     text's ``orig:`` id (a cleared result or turn), a shortened tool input's, or a
     ``[context-engine:recall]`` line's turn range."""
@@ -114,10 +114,15 @@ def _named(original: list[Any], sent: list[Any], evidence: str) -> str | None:
     return None
 
 
-def _round_tokens(counter: TokenCounter, sent: list[Any], tools: list[Any], args: list[str],
-                  answers: list[str], key: str) -> int:
+def recall_turn(args: list[str], answers: list[str], key: str) -> list[dict[str, Any]]:
+    """What a recall round appends to the request: the assistant's ``context_recall`` calls
+    (one per argument, by ``key``: ``id`` or ``query``) and their results."""
     calls = [{"id": f"call_{n}", "type": "function", "function": {
         "name": "context_recall", "arguments": json.dumps({key: a})}} for n, a in enumerate(args)]
-    follow = list(sent) + [{"role": "assistant", "content": None, "tool_calls": calls}] + [
+    return [{"role": "assistant", "content": None, "tool_calls": calls}] + [
         {"role": "tool", "tool_call_id": c["id"], "content": r} for c, r in zip(calls, answers)]
-    return counter.request(follow, tools or None)
+
+
+def _round_tokens(counter: TokenCounter, sent: list[Any], tools: list[Any], args: list[str],
+                  answers: list[str], key: str) -> int:
+    return counter.request(list(sent) + recall_turn(args, answers, key), tools or None)

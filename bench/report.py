@@ -147,6 +147,29 @@ def recall_table(file: str, result: dict[str, Any]) -> Table | None:
     return table
 
 
+def way_back_table(file: str, result: dict[str, Any]) -> Table | None:
+    """Replay with the re-read model: the bill with the agent's way back to the next-action
+    evidence a rewrite hid, and what that way back took."""
+    rows = [(name, kind, s, b["way_back"]) for name, s in result["systems"].items()
+            for kind, b in sorted(s.get("replay", {}).get("billing", {}).items()) if "way_back" in b]
+    if not any(w["cuts"] for *_, w in rows):
+        return None
+    table = Table(title=escape(f"{file}: what clearing costs the agent (the way back to "
+                               "next-action evidence, bench/reread.py)"))
+    for col in ("system", "billing", "bill vs direct", "with the way back", "worst session",
+                "next-action visible", "+ brought back", "pieces lost", "recall rounds",
+                "re-run commands (extra turns)", "per session"):
+        table.add_column(col, justify="left" if col in ("system", "billing") else "right")
+    for name, kind, s, w in rows:  # each billing model replays its own session: its own evidence
+        worst = w.get("worst_session") or {}
+        table.add_row(escape(name), kind, _billed(s["replay"]["billing"][kind]),
+                      f"{w['cost_vs_direct']:.3f}x", f"{worst.get('cost_vs_direct', 0):.2f}x",
+                      f"{w['visible']}/{w['checked']}", f"+{w['probes_back']}", str(w["unreachable"]),
+                      str(w["recall_rounds"]), str(w["rereads"]),
+                      f"{w['per_session']['recall_rounds']:.2f} / {w['per_session']['rereads']:.2f}")
+    return table
+
+
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
     if console is None:
         console = Console()
@@ -166,9 +189,9 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         table = rules_table(file, result)
         if table is not None:
             console.print(table)
-        table = recall_table(file, result)
-        if table is not None:
-            console.print(table)
+        for table in (recall_table(file, result), way_back_table(file, result)):
+            if table is not None:
+                console.print(table)
 
 
 def write_json(report: dict[str, Any], path: str) -> None:

@@ -14,6 +14,7 @@ from context_engine.bench.metrics import (
     stable_prefix_tokens,
     visible_text,
 )
+from context_engine.bench.reread import Rereads
 from context_engine.bench.tally import Tally
 from context_engine.proxy.engine.tokens import TokenCounter
 
@@ -55,14 +56,18 @@ async def run_single(cases: Sequence[Case], systems: Sequence[Any],
 
 
 async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tally,
-                      cache_ratio: float, caches: billing.Caches | None = None) -> None:
+                      cache_ratio: float, caches: billing.Caches | None = None,
+                      reread: bool = False) -> None:
     """Feed ``messages[:i + 1]`` for every request point ``i``, in order, to one session.
 
     Sessions are named per system: variants share the engine's store, and per-session
     state (recall's tool offer, memory indexes) must not carry from one system to another.
-    Tokens and bills count the ``tools`` the proxy sends (``context_recall`` included)."""
+    Tokens and bills count the ``tools`` the proxy sends (``context_recall`` included).
+    ``reread``: the bill also prices the agent's way back to next-action evidence missing
+    at a cut point (``bench/reread.py``)."""
     session = system.open(f"replay:{system.name}:{case.id}", billing.MODELS["openai"])
     bill = (caches or billing.Caches()).bill("openai", system.name, case.id)
+    way = Rereads(bill, counter) if reread else None
     prev: list[Any] | None = None
     prev_tools = case.tools
     cuts = dict(case.cuts)
@@ -84,20 +89,24 @@ async def replay_case(case: Case, system: Any, counter: TokenCounter, tally: Tal
         tally.add_replay(turn, out.ms, stable, total, None if prev is None else full,
                          cache_cost(stable, total, cache_ratio), out.epoch)
         bill.add(request, case.tools, out, counter.request(request, case.tools), total, tools)
+        if way is not None:
+            way.after(request, out, tools, cuts.get(i + 1, ()))
         prev, prev_tools = out.messages, tools
     tally.add_bill(bill)
 
 
 async def run_replay(cases: Sequence[Case], systems: Sequence[Any], counter: TokenCounter,
                      cache_ratio: float, anthropic: bool = False,
-                     cache_scope: str = "session") -> dict[str, Tally]:
+                     cache_scope: str = "session", reread: bool = False) -> dict[str, Tally]:
     tallies = {s.name: Tally() for s in systems}
     caches = billing.Caches(cache_scope)
     for case in cases:
         for system in systems:
-            await replay_case(case, system, counter, tallies[system.name], cache_ratio, caches)
+            await replay_case(case, system, counter, tallies[system.name], cache_ratio, caches,
+                              reread)
             if anthropic:  # a second replay by a client that sets Anthropic breakpoints
-                await billing.replay_anthropic(case, system, counter, tallies[system.name], caches)
+                await billing.replay_anthropic(case, system, counter, tallies[system.name], caches,
+                                               reread)
     return tallies
 
 

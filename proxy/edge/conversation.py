@@ -24,7 +24,8 @@ from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.tags import tags
 from context_engine.proxy.engine import modes, profiles
-from context_engine.proxy.engine.engine import Engine, Rewrite
+from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
 from context_engine.proxy.errors import (
     BadRequest,

@@ -28,10 +28,11 @@ import logging
 from typing import Any, Protocol
 
 from context_engine.proxy.billing.estimate import BillEstimate, BillEstimator
-from context_engine.proxy.engine.engine import Engine, Rewrite
+from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.engine.messages import MEMORY_HEADER, text_of
 from context_engine.proxy.engine.pending_writes import refused
 from context_engine.proxy.engine.rereads import detect
+from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.engine.tokens import counter_for_model
 from context_engine.proxy.recording.context_metrics import (
     Oscillation,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from context_engine.bench.recall_model import _named
+from context_engine.bench.recall_model import named_id
 from context_engine.proxy.engine.originals import original_id
 from context_engine.rules.compact.inputs import shorten_call
 from context_engine.rules.compact.rule import CLEARED
@@ -28,12 +28,12 @@ def test_a_shortened_tool_input_is_named_by_its_own_id() -> None:
     short, values = shorten_call(msgs[1]["tool_calls"][0], 300, CLEARED)
     sent = [msgs[0], {**msgs[1], "tool_calls": [short]}, msgs[2]]
     assert values == [SCRIPT]
-    assert _named(msgs, sent, "xr.DataArray") == original_id(SCRIPT)
+    assert named_id(msgs, sent, "xr.DataArray") == original_id(SCRIPT)
 
 
 def test_a_cleared_result_is_named_by_its_content_id() -> None:
     msgs = history()
     oid = original_id(msgs[2]["content"])
     sent = [*msgs[:2], {**msgs[2], "content": f"{CLEARED} {oid}"}]
-    assert _named(msgs, sent, "drop_conflicts") == oid
-    assert _named(msgs, msgs[:2], "drop_conflicts") is None  # no marker names it
+    assert named_id(msgs, sent, "drop_conflicts") == oid
+    assert named_id(msgs, msgs[:2], "drop_conflicts") is None  # no marker names it
