@@ -31,15 +31,20 @@ SCRIPT = [{"shell": "seq 1 4000"}, {"shell": "echo step-two-done"}, {"shell": "l
           {"text": "All done."}]
 
 
-def _stack(tmp_path: Path, base: str) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
+# Codex cuts a command's output to ~10k chars itself
+OPTIONS: dict[str, Any] = {"tool_json": {"max_chars": 4000}}
+
+
+def agent_stack(tmp_path: Path, base: str, script: list[dict[str, Any]] = SCRIPT,
+                rules: str = "fold_duplicates,tool_json,budget",
+                options: dict[str, Any] = OPTIONS) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
     """The scripted mock and a proxy in front of it (``base``: the upstream's path)."""
-    mock = MockUpstream(script=SCRIPT)
+    mock = MockUpstream(script=script)
     with mock:
         settings = load_settings(flags={"store": "memory://", "ledger": str(tmp_path / "ledger.db"),
-                                        "rules": "fold_duplicates,tool_json,budget",
-                                        # Codex cuts a command's output to ~10k chars itself
-                                        "rule_options": {"tool_json": {"max_chars": 4000}},
-                                        "upstream": mock.url + base}, env={}, config_path=os.devnull)
+                                        "rules": rules, "rule_options": options,
+                                        "rules_deadline_ms": 0, "upstream": mock.url + base},
+                                 env={}, config_path=os.devnull)
         app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
         with ServerThread(app) as proxy:
             yield mock, proxy, app
@@ -47,13 +52,13 @@ def _stack(tmp_path: Path, base: str) -> Iterator[tuple[MockUpstream, ServerThre
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
-    yield from _stack(tmp_path, "/v1")
+    yield from agent_stack(tmp_path, "/v1")
 
 
 @pytest.fixture
 def root_stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
     """Upstream at the host's root: Gemini's paths carry their version."""
-    yield from _stack(tmp_path, "")
+    yield from agent_stack(tmp_path, "")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -86,9 +91,9 @@ def _check_session(mock: MockUpstream, app: Any, path: str, api: str) -> list[di
     return [t.json() for t in turns]
 
 
-@pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI not installed (npm i -g @openai/codex)")
-def test_codex_cli_session_through_the_proxy(stack, tmp_path):
-    mock, proxy, app = stack
+def codex_config(tmp_path: Path, proxy_url: str) -> Path:
+    """A ``CODEX_HOME`` whose provider is the proxy (Responses API, key from CE_TEST_KEY),
+    with updates, plugins and analytics off: nothing leaves the loopback."""
     codex_home = tmp_path / "codex"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text(f"""
@@ -98,7 +103,7 @@ check_for_update_on_startup = false
 
 [model_providers.ce]
 name = "Context Engine"
-base_url = "{proxy.url}/v1"
+base_url = "{proxy_url}/v1"
 wire_api = "responses"
 env_key = "CE_TEST_KEY"
 
@@ -108,6 +113,13 @@ plugins = false
 [analytics]
 enabled = false
 """)
+    return codex_home
+
+
+@pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI not installed (npm i -g @openai/codex)")
+def test_codex_cli_session_through_the_proxy(stack, tmp_path):
+    mock, proxy, app = stack
+    codex_home = codex_config(tmp_path, proxy.url)
     work = tmp_path / "work"
     work.mkdir()
     env = _env(tmp_path, CODEX_HOME=str(codex_home), CE_TEST_KEY="sk-codex-test")

@@ -7,7 +7,6 @@ skipped, with the reason, when the agent is not installed."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +15,7 @@ from typing import Any
 import pytest
 
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
-from context_engine.proxy.edge.app import create_app
-from context_engine.proxy.engine.engine import Engine
-from context_engine.proxy.settings import load_settings
-from context_engine.proxy.store.stores import MemoryStore
-from tests.test_agents import _env, _rows, _run
+from tests.test_agents import _env, _rows, _run, agent_stack, codex_config
 
 pytestmark = pytest.mark.slow  # real agent CLIs
 
@@ -32,27 +27,15 @@ COMPACT = {"compact": {"trigger_tokens": 2000, "clear_at_least": 300, "keep_rece
                        "cache_ttl": 0.001}}  # the cache taken as cold: an epoch fires at once
 
 
-def _stack(tmp_path: Path, base: str) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
-    mock = MockUpstream(script=SCRIPT)
-    with mock:
-        settings = load_settings(flags={"store": "memory://", "ledger": str(tmp_path / "ledger.db"),
-                                        "rules": "compact", "rule_options": COMPACT,
-                                        "rules_deadline_ms": 0, "upstream": mock.url + base},
-                                 env={}, config_path=os.devnull)
-        app = create_app(settings, engine=Engine(settings, store=MemoryStore()))
-        with ServerThread(app) as proxy:
-            yield mock, proxy, app
-
-
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
-    yield from _stack(tmp_path, "/v1")
+    yield from agent_stack(tmp_path, "/v1", SCRIPT, "compact", COMPACT)
 
 
 @pytest.fixture
 def root_stack(tmp_path: Path) -> Iterator[tuple[MockUpstream, ServerThread, Any]]:
     """Upstream at the host's root: Gemini's paths carry their version."""
-    yield from _stack(tmp_path, "")
+    yield from agent_stack(tmp_path, "", SCRIPT, "compact", COMPACT)
 
 
 def workdir(tmp_path: Path) -> Path:
@@ -75,25 +58,7 @@ def check_reread(mock: MockUpstream, app: Any, api: str) -> None:
 @pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI not installed (npm i -g @openai/codex)")
 def test_codex_rereading_a_cleared_file_is_detected(stack, tmp_path):
     mock, proxy, app = stack
-    codex_home = tmp_path / "codex"
-    codex_home.mkdir()
-    (codex_home / "config.toml").write_text(f"""
-model = "gpt-5-codex"
-model_provider = "ce"
-check_for_update_on_startup = false
-
-[model_providers.ce]
-name = "Context Engine"
-base_url = "{proxy.url}/v1"
-wire_api = "responses"
-env_key = "CE_TEST_KEY"
-
-[features]
-plugins = false
-
-[analytics]
-enabled = false
-""")
+    codex_home = codex_config(tmp_path, proxy.url)
     env = _env(tmp_path, CODEX_HOME=str(codex_home), CE_TEST_KEY="sk-codex-test")
     done = _run(["codex", "exec", "--skip-git-repo-check", "--ephemeral",
                  "--dangerously-bypass-approvals-and-sandbox", "Read notes.txt twice."],
