@@ -140,3 +140,19 @@ def test_purge_refuses_a_key_on_the_command_line_and_an_empty_request(world, tmp
             env={**os.environ, "PYTHONPATH": str(REPO)})
         assert done.returncode == 2, done
     assert world.texts() == {"a1", "a2", "a3", "b1", "b2"}
+
+
+def test_a_callers_ledger_rows_go_by_key_even_when_the_store_forgot_them(world):
+    """Each row records its caller scope (an HMAC, never the key): a derived session whose
+    store keys all expired is still found in the ledger."""
+    rows = read_rows(world.ledger)
+    assert {r["scope"] for r in rows} == {world.alice, world.bob}
+    assert not any("sk-alice" in str(v) or "sk-bob" in str(v) for r in rows for v in r.values())
+    if world.store_url.startswith("redis://"):  # every store key expired, the index's too
+        import redis
+
+        redis.Redis.from_url(world.store_url).flushdb()
+    else:
+        shutil.rmtree(world.store_url)
+    world.purge("--key", env={"CONTEXT_ENGINE_PURGE_KEY": "sk-alice"})
+    assert {r["scope"] for r in read_rows(world.ledger)} == {world.bob}

@@ -115,7 +115,8 @@ class Conversation:
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
             received = Received(model=model_name(body.data.get("model")), mode=mode,
-                                arm="passthrough", path=request.url.path, api=self.dialect.name)
+                                arm="passthrough", path=request.url.path, api=self.dialect.name,
+                                scope=caller)
             rewritten, rewrite, out = Rewritten(failed_open=True), None, raw
         arm = received.arm
         recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
@@ -186,6 +187,7 @@ class Conversation:
         only) and the bytes to send upstream; ``secret``: the caller's credentials
         (``Dialect.credential``)."""
         sid = session_id(request.headers, body.chat["messages"], self.session_key, secret)
+        caller = caller_hash(request.headers, self.session_key, secret)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         agent, project = tags(request.headers)
         notes = dict(body.notes)
@@ -195,7 +197,6 @@ class Conversation:
         if too_big and arm == "rewrite":
             notes["skipped"] = too_big
         if arm == "rewrite" and body.rewritable and choice != "off" and not too_big:
-            caller = caller_hash(request.headers, self.session_key, secret)
             rewrite = await self._rewrite(body.chat, sid, choice, offer, caller, len(raw), agent)
             rewritten = Rewritten.of(rewrite)
         else:  # shadow/ab-control arms, X-Context-Engine-Rules: off, bodies the rules cannot handle
@@ -206,7 +207,7 @@ class Conversation:
         received = Received(session=sid, model=model_name(body.chat.get("model")), mode=mode,
                             arm=arm, path=request.url.path, api=self.dialect.name,
                             stream=body.stream, agent=agent, project=project, notes=notes,
-                            traceparent=request.headers.get("traceparent", "")[:128])
+                            traceparent=request.headers.get("traceparent", "")[:128], scope=caller)
         out = raw
         if rewrite is not None and rewrite.result.changed:
             spliced = await off_loop(len(raw), self._splice, body, rewrite)
@@ -224,7 +225,7 @@ class Conversation:
         (``proxy.edge.keyless``): sent as it came, never parsed, counted from its length."""
         self.finisher.begin()
         received = Received(mode=mode, arm="bypass", path=request.url.path, api=self.dialect.name,
-                        notes={"skipped": "no_credentials"}, ts=arrived,
+                        notes={"skipped": "no_credentials"}, ts=arrived, scope=caller,
                         proxy_ms=(time.perf_counter() - t0) * 1000)
         counted = Rewritten.counted(len(raw) // 4)
         started = time.perf_counter()

@@ -103,6 +103,7 @@ class LedgerRow:
     recall_completion_tokens: int = 0  # their output tokens
     agent: str = ""  # the client's tags (proxy/edge/tags.py): which agent, which project folder
     project: str = ""
+    scope: str = ""  # the caller scope: an HMAC of its credentials (purge --key), never a key
     # behaviour signals (proxy/engine/rereads.py, docs/quality.md): repeat reads of results the
     # proxy cleared or shortened (by rule: [count, tokens]) and of results sent whole (base rate)
     rereads: int = 0

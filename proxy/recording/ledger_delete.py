@@ -26,7 +26,8 @@ CHUNK = 500  # session ids per statement
 
 @dataclass(frozen=True)
 class RowFilter:
-    """Rows to delete: any session listed, any session of ``scope`` (its header ids),
+    """Rows to delete: any session listed, any row of ``scope`` (its ``scope`` column, and
+    its header ids for rows written before that column),
     the ``project`` folder, the ``agent`` tag (each condition adds rows)."""
 
     sessions: tuple[str, ...] = ()
@@ -45,6 +46,7 @@ class RowFilter:
             if not SCOPE.fullmatch(self.scope):
                 raise ValueError("a caller scope is 64 lowercase hex digits")
             out.append((f"session LIKE {mark}", ["%~" + self.scope]))
+            out.append((f"scope = {mark}", [self.scope]))  # derived ids too (rows since it was recorded)
         if self.project:
             out.append((f"project = {mark}", [self.project]))
         if self.agent:

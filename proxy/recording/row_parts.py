@@ -41,6 +41,7 @@ class Received:
     notes: Mapping[str, Any] = field(default_factory=dict)  # the adapter's, ``skipped``
     ts: float = 0.0  # when the request arrived
     proxy_ms: float = 0.0  # from arrival to the upstream call
+    scope: str = ""  # the caller scope (an HMAC of its credentials, never a key)
 
     def sent(self, ts: float, proxy_ms: float) -> Received:
         return dataclasses.replace(self, ts=ts, proxy_ms=proxy_ms)
@@ -193,7 +194,8 @@ def assemble(received: Received, rewritten: Rewritten, answered: Answered,
         replica=replica, traceparent=received.traceparent, recall_rounds=answered.recall_rounds,
         recall_prompt_tokens=answered.recall_prompt_tokens,
         recall_completion_tokens=answered.recall_completion_tokens,
-        agent=received.agent, project=received.project, **dict(measured.signals),
+        agent=received.agent, project=received.project, scope=received.scope,
+        **dict(measured.signals),
         recall_calls=answered.recall_calls, recall_tokens=measured.recall_tokens,
         rewrite_error=rewrite_error(received, rewritten, answered))
 
