@@ -63,8 +63,6 @@ from typing import Any
 from context_engine.proxy.engine.context import MemoryFigures, RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.messages import (
-    MEMORY_HEADER,
-    SUMMARY_HEADER,
     fingerprint,
     is_memory,
     last_user_index,
@@ -132,8 +130,8 @@ class Retrieve:
         return self.config.window, self.config.block
 
     def _chunks(self, msgs: list[Any], start: int, end: int, keep: frozenset[int]) -> list[Chunk]:
-        return chunk_messages(msgs, start, end, self.config.max_chunk_chars,
-                              (SUMMARY_HEADER, MEMORY_HEADER), keep, self.config.context_chars)
+        return chunk_messages(msgs, start, end, self.config.max_chunk_chars, True, keep,
+                              self.config.context_chars)
 
     def _tail_chunks(self, msgs: list[Any], start: int, end: int) -> list[Chunk]:
         """The chunks turns ``start:end`` will have when they leave (``prefetch``)."""
