@@ -160,19 +160,26 @@ def test_claude_code_session_through_the_proxy(stack, tmp_path):
     assert len(results) >= 3 and "step-two-done" in json.dumps(results[1])
 
 
-@pytest.mark.skipif(shutil.which("gemini") is None,
-                    reason="Gemini CLI not installed (npm i -g @google/gemini-cli)")
-def test_gemini_cli_session_through_the_proxy(root_stack, tmp_path):
-    mock, proxy, app = root_stack
-    work = tmp_path / "work"
-    work.mkdir()
-    env = _env(tmp_path, GEMINI_API_KEY="gm-cli-test", GOOGLE_GEMINI_BASE_URL=proxy.url,
+def gemini_env(tmp_path: Path, proxy_url: str) -> dict[str, str]:
+    """The Gemini CLI's environment and settings: an API key against the proxy, the
+    workspace trusted, telemetry and update checks off."""
+    env = _env(tmp_path, GEMINI_API_KEY="gm-cli-test", GOOGLE_GEMINI_BASE_URL=proxy_url,
                GEMINI_CLI_TRUST_WORKSPACE="true")
     settings = {"security": {"auth": {"selectedType": "gemini-api-key"}},
                 "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
                 "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}
     (Path(env["HOME"]) / ".gemini").mkdir()
     (Path(env["HOME"]) / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    return env
+
+
+@pytest.mark.skipif(shutil.which("gemini") is None,
+                    reason="Gemini CLI not installed (npm i -g @google/gemini-cli)")
+def test_gemini_cli_session_through_the_proxy(root_stack, tmp_path):
+    mock, proxy, app = root_stack
+    work = tmp_path / "work"
+    work.mkdir()
+    env = gemini_env(tmp_path, proxy.url)
     # a named model: "auto" would first ask a classifier model for JSON the mock does not write
     done = _run(["gemini", "-m", "gemini-2.5-flash", "--yolo", "-p", "Count to 4000, then list the files."],
                 env, work, stdin="")

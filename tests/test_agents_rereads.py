@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from context_engine.proxy.demo.mock_upstream import MockUpstream, ServerThread
-from tests.test_agents import _env, _rows, _run, agent_stack, codex_config
+from tests.test_agents import _env, _rows, _run, agent_stack, codex_config, gemini_env
 
 pytestmark = pytest.mark.slow  # real agent CLIs
 
@@ -84,13 +84,7 @@ def test_claude_code_rereading_a_cleared_file_is_detected(stack, tmp_path):
                     reason="Gemini CLI not installed (npm i -g @google/gemini-cli)")
 def test_gemini_cli_rereading_a_cleared_file_is_detected(root_stack, tmp_path):
     mock, proxy, app = root_stack
-    env = _env(tmp_path, GEMINI_API_KEY="gm-cli-test", GOOGLE_GEMINI_BASE_URL=proxy.url,
-               GEMINI_CLI_TRUST_WORKSPACE="true")
-    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}},
-                "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
-                "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}
-    (Path(env["HOME"]) / ".gemini").mkdir()
-    (Path(env["HOME"]) / ".gemini" / "settings.json").write_text(json.dumps(settings))
+    env = gemini_env(tmp_path, proxy.url)
     done = _run(["gemini", "-m", "gemini-2.5-flash", "--yolo", "-p", "Read notes.txt twice."],
                 env, workdir(tmp_path), stdin="")
     assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]

@@ -129,11 +129,11 @@ def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         driver.quit()
 
 
-@pytest.fixture
-def dashboard_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def ledger_server(tmp_path: Path, rows: list[LedgerRow]) -> Iterator[tuple[str, str]]:
+    """A proxy (no rules) over a ledger holding ``rows``: its URL and the ledger's path."""
     path = str(tmp_path / "ledger.db")
     ledger = Ledger(path)
-    for r in seed_rows(time.time()):
+    for r in rows:
         ledger.record(r)
     ledger.flush()
     ledger.close()
@@ -141,6 +141,11 @@ def dashboard_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
                              config_path=os.devnull)
     with ServerThread(create_app(settings)) as server:
         yield server.url, path
+
+
+@pytest.fixture
+def dashboard_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    yield from ledger_server(tmp_path, seed_rows(time.time()))
 
 
 def number(text: str) -> float:

@@ -4,7 +4,6 @@ what is missing, without Chromium; see ``tests/test_dashboard.py``)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,12 +11,9 @@ from typing import Any
 
 import pytest
 
-from context_engine.proxy.demo.mock_upstream import ServerThread
-from context_engine.proxy.edge.app import create_app
-from context_engine.proxy.recording.ledger import Ledger, LedgerRow
+from context_engine.proxy.recording.ledger import LedgerRow
 from context_engine.proxy.reporting.stats import stats_from_ledger
-from context_engine.proxy.settings import load_settings
-from tests.test_dashboard import HOUR, browser, read, screenshot, wait_ready
+from tests.test_dashboard import HOUR, browser, ledger_server, read, screenshot, wait_ready
 
 __all__ = ["browser"]  # the fixture, shared
 
@@ -45,16 +41,7 @@ def seed(now: float) -> list[LedgerRow]:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    path = str(tmp_path / "ledger.db")
-    ledger = Ledger(path)
-    for r in seed(time.time()):
-        ledger.record(r)
-    ledger.flush()
-    ledger.close()
-    settings = load_settings(flags={"rules": "", "store": "memory://", "ledger": path}, env={},
-                             config_path=os.devnull)
-    with ServerThread(create_app(settings)) as s:
-        yield s.url, path
+    yield from ledger_server(tmp_path, seed(time.time()))
 
 
 def test_the_dashboard_plots_rereads_and_recall_calls_against_tokens_saved(browser: Any, server: Any) -> None:

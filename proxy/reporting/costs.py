@@ -31,7 +31,8 @@ def _prices(model: str) -> tuple[float, float, bool]:
     return price.cached_input, max(price.input, price.cache_write), False
 
 
-def _parsed(value: Any) -> dict[str, Any]:
+def json_column(value: Any) -> dict[str, Any]:
+    """A ledger JSON column (``rule_savings``, ``reread_rules``) as a dict; {} if it is not one."""
     if isinstance(value, dict):
         return value
     try:
@@ -49,10 +50,10 @@ def session_costs(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     for k, r in enumerate(rows):
         later = len(rows) - k - 1
         if r.get("arm") != "shadow" and not r.get("failed_open"):
-            for rule, n in _parsed(r.get("rule_savings")).items():
+            for rule, n in json_column(r.get("rule_savings")).items():
                 if n:
                     out[rule]["saving"] += float(n) * cached
-        for rule, (_, tokens) in _parsed(r.get("reread_rules")).items():
+        for rule, (_, tokens) in json_column(r.get("reread_rules")).items():
             out[rule]["reread_cost"] += float(tokens) * (write + later * cached)
             out[rule]["reread_tokens"] += float(tokens)
     return dict(out)

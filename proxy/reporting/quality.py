@@ -22,30 +22,19 @@ A rule whose re-read cost exceeds its saving on a session is flagged (``flags``)
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from context_engine.proxy.reporting.costs import rule_flags
+from context_engine.proxy.reporting.costs import json_column, rule_flags
 
 BY = ("rule", "agent", "project", "day")
 ABANDON_S = 600.0  # a session whose last reply asked for tools, idle this long, was left
 STOPS = frozenset({"stop", "end_turn", "stop_sequence", "completed", "STOP"})
 TOOL_ASKS = frozenset({"tool_calls", "tool_use", "function_call"})
 ENDS = ("stop", "error", "compaction", "abandoned", "open", "other")
-
-
-def _json(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    try:
-        parsed = json.loads(value or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def changed(row: dict[str, Any]) -> bool:
@@ -119,7 +108,7 @@ def session_of(key: str, rows: list[dict[str, Any]], now: float) -> Session:
         if r.get("format_errors") and before is not None and changed(before):
             s.format_errors_after_rewrite += int(r["format_errors"])
         s.rewrite_errors += bool(r.get("rewrite_error"))
-        for rule, (n, tokens) in _json(r.get("reread_rules")).items():
+        for rule, (n, tokens) in json_column(r.get("reread_rules")).items():
             got = s.rules.setdefault(rule, [0, 0])
             got[0], got[1] = got[0] + int(n), got[1] + int(tokens)
         before = r
@@ -161,7 +150,7 @@ def by_rule(rows: list[dict[str, Any]], sessions: list[Session],
     saved: dict[str, int] = defaultdict(int)
     for r in rows:
         if r.get("arm") != "shadow" and not r.get("failed_open"):
-            for rule, n in _json(r.get("rule_savings")).items():
+            for rule, n in json_column(r.get("rule_savings")).items():
                 saved[rule] += int(n or 0)
     out = []
     for rule in sorted(set(saved) | {k for s in sessions for k in s.rules}):
