@@ -110,7 +110,7 @@ class Conversation:
         offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
         try:
             received, rewritten, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer,
-                                                                    secret)
+                                                                    caller)
         except Exception:  # the edge: whatever breaks before sending, the original goes out
             log.exception("preparing the request failed; forwarding the original request")
             self.engine.stats.invariant_failures += 1
@@ -182,12 +182,11 @@ class Conversation:
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None, offer: bool = False,
-                       secret: str = "") -> tuple[Received, Rewritten, Rewrite | None, bytes]:
+                       caller: str = "") -> tuple[Received, Rewritten, Rewrite | None, bytes]:
         """The ledger row's ``Received`` and ``Rewritten`` parts, the rewrite (rewrite arm
-        only) and the bytes to send upstream; ``secret``: the caller's credentials
-        (``Dialect.credential``)."""
-        sid = session_id(request.headers, body.chat["messages"], self.session_key, secret)
-        caller = caller_hash(request.headers, self.session_key, secret)
+        only) and the bytes to send upstream; ``caller``: the caller's scope (``caller_hash``
+        of every credential it presented)."""
+        sid = session_id(request.headers, body.chat["messages"], self.session_key, caller=caller)
         arm = modes.arm(mode, sid, self.settings.ab_share)
         agent, project = tags(request.headers)
         notes = dict(body.notes)

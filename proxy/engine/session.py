@@ -49,8 +49,9 @@ def _first(messages: list[Any], roles: tuple[str, ...]) -> str:
 
 
 def session_id(headers: Mapping[str, str], messages: list[Any], key: bytes,
-               secret: str | None = None) -> str:
-    caller = caller_hash(headers, key, secret)
+               secret: str | None = None, caller: str = "") -> str:
+    """``caller``: the scope when the caller already computed it (``caller_hash``)."""
+    caller = caller or caller_hash(headers, key, secret)
     given = headers.get(HEADER, "").strip()
     if given:
         return f"{given[:200]}~{caller}"
