@@ -7,6 +7,7 @@ the repository or beside one of its ancestors (``<repo>/../shared/data`` in CI).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,9 @@ def resolve_file(name: str, folder: Path | None = None) -> Path:
         for candidate in (folder / name, folder / f"{name}_dev.jsonl", folder / f"{name}.jsonl"):
             if candidate.is_file():
                 return candidate
+    bundled = Path(__file__).resolve().parent / "data" / f"{name}_dev.jsonl.gz"  # committed with the repo
+    if bundled.is_file():
+        return bundled
     raise FileNotFoundError(f"no data file {name!r} (data folder: {folder})")
 
 
@@ -101,7 +105,8 @@ def load_cases(path: Path, limit: int | None = None, dedupe: bool = False) -> li
     ``limit`` keeps the first N.
     """
     cases: dict[str, Case] = {}
-    with open(path, encoding="utf-8") as fh:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         for line in fh:
             if not line.strip():
                 continue

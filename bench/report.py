@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from context_engine.bench.report_regimes import regimes_table
+
 PRIMARY = "o200k_base"
 
 
@@ -192,6 +194,9 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
         for table in (recall_table(file, result), way_back_table(file, result)):
             if table is not None:
                 console.print(table)
+    regimes = regimes_table(report) if report["mode"] == "replay" else None
+    if regimes is not None:
+        console.print(regimes)
 
 
 def write_json(report: dict[str, Any], path: str) -> None:

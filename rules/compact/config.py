@@ -21,6 +21,8 @@ class CompactConfig:
     input_chars: int = option(300, "a cleared assistant turn's tool-call arguments (a text-action agent's fenced commands) longer than this keep their first line and an orig: id (0 = tool inputs kept whole; a text-action turn's commands go with its text)")
     min_item_tokens: int = option(60, "a result or text shorter than this is never cleared (its placeholder would cost about as much)")
     gist_chars: int = option(300, "a cleared result keeps its skeleton in its placeholder, up to this many characters: definitions with their line numbers, path:line of search hits, traceback frames (the innermost first when they do not fit), error reports (0 = the id alone)")
+    identifiers: bool = option(True, "a cleared result's placeholder also lists the identifiers a next call takes (JSON: every key and scalar but long text; text: URLs, e-mails, letter-digit tokens); where they are more than half the result, it stays whole")
+    way_back: bool = option(True, "an old item is cleared only when what clearing it saves over the expected remaining requests beats its expected way back: the chance it is needed again (the session's re-reads of cleared results, from a prior of 1 in 10) times a recall round (the request at the cached price plus the item at the input price)")
     clear_at_least: int = option(3000, "an epoch clears at least this many tokens, or does not fire")
     horizon: float = option(1.0, "expected remaining requests = this times the requests so far (the planner's guess at the session's length)")
     min_horizon: int = option(4, "expected remaining requests at least")

@@ -62,12 +62,17 @@ def trigger(model: str, config: CompactConfig) -> int:
     return min(t for t in (config.trigger_tokens, share) if t > 0) if share else config.trigger_tokens
 
 
+def expected_requests(config: CompactConfig, requests: int) -> int:
+    """The session's expected remaining requests, from the requests it made (``horizon``)."""
+    return max(config.min_horizon, min(config.max_horizon, round(requests * config.horizon)))
+
+
 def plan(config: CompactConfig, prices: Prices, cleared: int, after_first: int,
          requests: int, growth: float, cold: bool) -> Plan:
     """Whether clearing ``cleared`` tokens pays, when ``after_first`` tokens of the new
     request stand from its first changed message on, the session made ``requests`` and
     adds ``growth`` clearable tokens per request."""
-    horizon = max(config.min_horizon, min(config.max_horizon, round(requests * config.horizon)))
+    horizon = expected_requests(config, requests)
     save = cleared * prices.cached
     miss = 0.0 if cold else after_first * ((1 - prices.cached) + (prices.write - 1))
     if cleared < config.clear_at_least:

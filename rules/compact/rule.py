@@ -67,32 +67,17 @@ from context_engine.proxy.engine.messages import (
     system_prefix_len,
     text_of,
 )
-from context_engine.proxy.engine.originals import keep_original, original_id
+from context_engine.proxy.engine.originals import keep_original
 from context_engine.proxy.engine.prefix import MAX_BREAKPOINTS, mark_count, turn_key
 from context_engine.proxy.engine.sessions import AGENT, observations, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
 from context_engine.rules.compact.epochs import Epoch, Line, commit, load, message_hash
-from context_engine.rules.compact.gist import skeleton
-from context_engine.rules.compact.inputs import actions, shorten_call
-from context_engine.rules.compact.planner import Prices, plan, trigger
+from context_engine.rules.compact.inputs import shorten_call
+from context_engine.rules.compact.placeholder import CLEARED, placeholder
+from context_engine.rules.compact.planner import Prices, expected_requests, plan, trigger
 from context_engine.rules.compact.related import related
-
-CLEARED = "[context-engine:cleared]"
-
-
-def placeholder(m: dict[str, Any], gist_chars: int = 0, input_chars: int = 0) -> str:
-    """The in-place text of a cleared message (a function of its content alone): its
-    ``orig:`` id and, for a result, its skeleton (``gist.py``); for an assistant turn,
-    the fenced commands it holds when ``input_chars`` is set (``inputs.actions``: pass it
-    for a text-action agent's turns only)."""
-    text = text_of(m)
-    head = f"{CLEARED} {original_id(text)}"
-    if m.get("role") == "assistant":
-        acted = actions(text, input_chars, CLEARED, original_id(text))
-        return f"{head}\n{acted}" if acted else head
-    gist = skeleton(text, gist_chars)
-    return f"{head}: {gist}" if gist else head
+from context_engine.rules.compact.way_back import reread_rate, worth_clearing
 
 
 class Compact:
@@ -134,8 +119,12 @@ class Compact:
         assistant = m.get("role") == "assistant"
         if isinstance(content, str) and not content.startswith(CLEARED) and (self.config.prose or not assistant):
             tokens = counter.text(content)
-            text = placeholder(m, self.config.gist_chars, self.config.input_chars if acts else 0)
-            if tokens >= self.config.min_item_tokens and tokens > counter.text(text):
+            text = placeholder(m, self.config.gist_chars, self.config.input_chars if acts else 0,
+                               self.config.identifiers and not assistant)
+            # a placeholder listing identifiers must at least halve the result, else it stays
+            share = 2 if self.config.identifiers and not assistant else 1
+            if text is not None and tokens >= self.config.min_item_tokens \
+                    and tokens > share * counter.text(text):
                 out["content"] = text
         values: list[str] = []
         if assistant and isinstance(m.get("tool_calls"), list):
@@ -219,6 +208,10 @@ class Compact:
             return None
         seen = observations(original)
         new = self._candidates(original, line.cleared, ctx.kind == AGENT, seen, counter, acts)
+        requests = sum(1 for m in original if isinstance(m, dict) and m.get("role") == "assistant") + 1
+        if self.config.way_back:
+            new = self._worth(original, new, list(line.cleared), tokens, prices,
+                              expected_requests(self.config, requests), counter, acts)
         if not new:
             return None
         ids = {**line.cleared, **{i: message_hash(original[i]) for i in new}}
@@ -232,7 +225,6 @@ class Compact:
             else min((j for j, (a, b) in enumerate(zip(current, after)) if a is not b),
                      default=len(after))
         after_first = counter.messages(after[first:])
-        requests = sum(1 for m in original if isinstance(m, dict) and m.get("role") == "assistant") + 1
         growth = self._clearable(original, seen, counter) / requests
         p = plan(self.config, prices, cleared, after_first, requests, growth, cold)
         if not p.fire:
@@ -242,6 +234,19 @@ class Compact:
         line.epochs.append(Epoch(line.epoch + 1, len(original), len(new), cleared,
                                  round(p.miss, 1), round(p.save, 1), p.reason))
         return new, after
+
+    def _worth(self, original: list[Any], new: list[int], cleared: list[int], request: int,
+               prices: Prices, horizon: int, counter: TokenCounter, acts: bool) -> list[int]:
+        """The candidates worth more than their expected way back (``way_back.py``)."""
+        rate = reread_rate(original, cleared)
+        out = []
+        for i in new:
+            fields = (self._clear(original[i], counter, acts) or ({}, []))[0]
+            tokens = counter.text(text_of(original[i]))
+            kept = counter.text(fields["content"]) if "content" in fields else tokens
+            if worth_clearing(tokens, kept, request, horizon, prices.cached, rate):
+                out.append(i)
+        return out
 
     def _marks_stable(self, ctx: RequestContext) -> bool:
         """Whether the end of the stable prefix gets a breakpoint: ``mark_stable`` and

@@ -94,6 +94,7 @@ from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.memo import BoundedCache
+from context_engine.rules.tool_json.clip import clip
 from context_engine.rules.tool_json.compact import CompactOptions, compact, parse_container
 from context_engine.rules.tool_json.line_repeats import LineRepeats
 from context_engine.rules.tool_json.lookahead import later_texts, lookahead_ends, tool_names
@@ -125,7 +126,7 @@ class ToolJsonConfig:
     template_paths: tuple[str, ...] = option((), "more template YAML files or directories "
                                                  "(later ones win)")
     max_chars: int = option(16000, "results longer than this keep head and tail around a "
-                                   "marker (0: never cut)")
+                                   "marker listing the cut middle's identifiers (0: never cut)")
     learned_templates: bool = option(False, "in closed blocks keep only the fields whose values "
                                             "later turns used")
     learned_keep_ids: bool = option(True, "learned templates always keep identifier-like strings "
@@ -271,15 +272,8 @@ class ToolJson:
         limit = self.config.max_chars
         if limit <= 0 or len(body) <= limit:
             return body
-        marker = "\n" + self._marker(original, f"middle of {len(body)} chars cut") + "\n"
-        room = max(0, limit - len(marker))
-        head = body[:room // 2]
-        tail = body[len(body) - (room - room // 2):] if room - room // 2 else ""
-        if "\n" in head:  # whole lines where there are lines
-            head = head[:head.rindex("\n")]
-        if "\n" in tail:
-            tail = tail[tail.index("\n") + 1:]
-        return head + marker + tail
+        return clip(body, limit, lambda what: self._marker(original, what),
+                    f"middle of {len(body)} chars cut")
 
     def _remember(self, tool: str, paths: list[tuple[str, ...]]) -> None:
         if not tool or not paths:

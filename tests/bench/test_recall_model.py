@@ -10,7 +10,7 @@ from typing import Any
 from context_engine.bench.recall_model import named_id
 from context_engine.proxy.engine.originals import original_id
 from context_engine.rules.compact.inputs import shorten_call
-from context_engine.rules.compact.rule import CLEARED
+from context_engine.rules.compact.placeholder import CLEARED
 
 SCRIPT = "cat <<'EOF' > repro.py\nimport xarray as xr\nda = xr.DataArray([1, 2])\n" + "x = 1\n" * 80 + "EOF"
 

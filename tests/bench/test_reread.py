@@ -34,7 +34,7 @@ BASH = {"type": "function", "function": {"name": "bash", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}}}}
 CLEAR_EARLY = ("early:compact.trigger_tokens=1500,compact.clear_at_least=300,compact.keep_recent=1,"
                "compact.keep_related=0,compact.gist_chars=0,compact.min_item_tokens=20,"
-               "compact.keep_prose=1")
+               "compact.keep_prose=1,compact.way_back=false,compact.identifiers=false")
 
 
 def _body(k: int, rows: int) -> str:

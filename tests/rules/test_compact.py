@@ -16,12 +16,13 @@ from context_engine.proxy.engine.sessions import FENCE, observations, session_ki
 from context_engine.proxy.store.stores import MemoryStore, StoreUnavailable
 from context_engine.rules.compact import Compact
 from context_engine.rules.compact.config import CompactConfig
-from context_engine.rules.compact.rule import CLEARED
+from context_engine.rules.compact.placeholder import CLEARED
 from tests.harness import assert_valid_rewrite, make_ctx, make_deps
 
 TASK = "Fix the bug in parser.py: parse('a,b') returns ['a'] instead of ['a', 'b']."
 SMALL: dict[str, Any] = {"trigger_tokens": 1500, "clear_at_least": 300, "keep_recent": 2,
-                         "keep_prose": 2, "min_item_tokens": 20}
+                         "keep_prose": 2, "min_item_tokens": 20,
+                         "way_back": False}  # epoch mechanics; way_back: test_compact_ids.py
 
 
 def output(i: int) -> str:

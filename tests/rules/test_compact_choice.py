@@ -11,8 +11,8 @@ from context_engine.proxy.dialects.registry import BY_NAME
 from context_engine.proxy.engine.originals import REFERENCE, stored_original
 from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.compact.inputs import shorten_call
+from context_engine.rules.compact.placeholder import CLEARED
 from context_engine.rules.compact.related import command_of, files, related
-from context_engine.rules.compact.rule import CLEARED
 from tests.harness import assert_valid_rewrite
 from tests.rules.test_compact import TASK, apply, output, requests, rule
 
