@@ -55,9 +55,10 @@ Risks
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from context_engine.proxy.engine.context import Compaction, RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
@@ -71,6 +72,7 @@ from context_engine.proxy.engine.originals import keep_original
 from context_engine.proxy.engine.prefix import MAX_BREAKPOINTS, mark_count, turn_key
 from context_engine.proxy.engine.sessions import AGENT, observations, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
+from context_engine.proxy.store.memo import BoundedCache
 from context_engine.rules.compact.config import SESSIONS, CompactConfig
 from context_engine.rules.compact.epochs import Epoch, Line, commit, load, message_hash
 from context_engine.rules.compact.inputs import shorten_call
@@ -91,6 +93,7 @@ class Compact:
         self.config = config
         self.deps = deps
         self.clock = clock
+        self._placeholders: BoundedCache[bytes, str | None] = BoundedCache(8192, 16 * 1024 * 1024)
 
     def _candidates(self, original: list[Any], cleared: dict[int, str], agent: bool,
                     seen: frozenset[int], counter: TokenCounter, acts: bool) -> list[int]:
@@ -119,8 +122,7 @@ class Compact:
         assistant = m.get("role") == "assistant"
         if isinstance(content, str) and not content.startswith(CLEARED) and (self.config.prose or not assistant):
             tokens = counter.text(content)
-            text = placeholder(m, self.config.gist_chars, self.config.input_chars if acts else 0,
-                               self.config.identifiers and not assistant)
+            text = self._placeholder(m, content, assistant, acts)
             # a placeholder listing identifiers must at least halve the result, else it stays
             share = 2 if self.config.identifiers and not assistant else 1
             if text is not None and tokens >= self.config.min_item_tokens \
@@ -133,6 +135,18 @@ class Compact:
             if values:
                 out["tool_calls"] = [c for c, _ in calls]
         return (out, values) if out else None
+
+    def _placeholder(self, m: dict[str, Any], content: str, assistant: bool, acts: bool) -> str | None:
+        """``placeholder(m)``, remembered by content: clients resend every old result on
+        every request, and listing a result's identifiers parses it."""
+        key = hashlib.blake2b(f"{assistant:d}{acts:d}".encode() + content.encode("utf-8", "surrogatepass"),
+                              digest_size=16).digest()
+        found = self._placeholders.get(key, _MISSING)
+        if found is _MISSING:
+            found = placeholder(m, self.config.gist_chars, self.config.input_chars if acts else 0,
+                                self.config.identifiers and not assistant)
+            self._placeholders.put(key, found)
+        return cast("str | None", found)
 
     def _clearable(self, original: list[Any], seen: frozenset[int], counter: TokenCounter) -> int:
         """Tokens of the messages an epoch may ever clear (results, and prose when on)."""
@@ -280,3 +294,6 @@ class Compact:
             miss_tokens=last.miss_tokens if fired and last else 0.0,
             save_per_request=sum(e.save_per_request for e in line.epochs),
             reason=last.reason if fired and last else "", assumed=assumed)
+
+
+_MISSING: Any = object()

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from context_engine.proxy.engine.messages import call_index
 from context_engine.proxy.engine.rereads import signature
 
 PRIOR_REREADS = 1.0
@@ -31,18 +32,9 @@ PRIOR_CLEARED = 10.0
 
 def calls_by_result(messages: Sequence[Any]) -> dict[int, tuple[str, str]]:
     """Index of each tool result → the signature of the call it answers."""
-    calls: dict[str, tuple[str, str]] = {}
-    out: dict[int, tuple[str, str]] = {}
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            continue
-        for c in m.get("tool_calls") or ():
-            if isinstance(c, dict) and isinstance(c.get("function"), dict):
-                f = c["function"]
-                calls[str(c.get("id"))] = signature(str(f.get("name", "")), f.get("arguments"))
-        if m.get("role") == "tool" and str(m.get("tool_call_id")) in calls:
-            out[i] = calls[str(m.get("tool_call_id"))]
-    return out
+    calls = call_index(messages)
+    return {i: signature(*calls[str(m.get("tool_call_id"))]) for i, m in enumerate(messages)
+            if isinstance(m, dict) and m.get("role") == "tool" and str(m.get("tool_call_id")) in calls}
 
 
 def reread_rate(messages: Sequence[Any], cleared: Sequence[int]) -> float:

@@ -65,11 +65,10 @@ def test_identifier_patterns_are_linear_on_hostile_text() -> None:
 def session(results: list[str], rerun: bool = False) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": "Audit every order."}]
     for k, content in enumerate(results):
-        cmd = "get_order" if not (rerun and k == len(results) - 1) else "get_order"
-        arg = k if not (rerun and k == len(results) - 1) else 0  # the last call fetches #0 again
+        arg = 0 if rerun and k == len(results) - 1 else k  # the last call fetches #0 again
         msgs.append({"role": "assistant", "content": None, "tool_calls": [{
             "id": f"c{k}", "type": "function",
-            "function": {"name": cmd, "arguments": json.dumps({"n": arg})}}]})
+            "function": {"name": "get_order", "arguments": json.dumps({"n": arg})}}]})
         msgs.append({"role": "tool", "tool_call_id": f"c{k}", "content": content})
     return msgs
 
