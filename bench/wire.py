@@ -1,12 +1,12 @@
-"""``bench --api responses|anthropic|gemini``: the cases as another wire format.
+"""``bench --api responses|anthropic|gemini|interactions``: the cases as another wire format.
 
-Each case's chat messages are written as a Responses, Anthropic Messages or Gemini
-``generateContent`` request and read back through that API's dialect, so every system sees the conversation as the
-proxy sees it for that API. The project's engine runs the whole path of a request:
+Each case's chat messages are written as a Responses, Anthropic Messages, Gemini
+``generateContent`` or Gemini Interactions request and read back through that API's
+dialect, so every system sees the conversation as the proxy sees it for that API. The project's engine runs the whole path of a request:
 wire bytes → adapter → rules → splice into the bytes → adapter again for measuring.
-``--opaque`` adds a reasoning item (Responses), a signed thinking block (Anthropic) or a
-signed thought part (Gemini) to every assistant turn, and the run counts requests whose opaque items reached the
-output byte for byte.
+``--opaque`` adds a reasoning item (Responses), a signed thinking block (Anthropic), a
+signed thought part (Gemini) or a thought step (Interactions) to every assistant turn,
+and the run counts requests whose opaque items reached the output byte for byte.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ OPAQUE_SAMPLES: dict[str, Callable[[int], dict[str, Any]]] = {
                             "encrypted_content": f"gAAAAAB{n:06d}+/opaque=="},
     "anthropic": lambda n: {"type": "thinking", "thinking": "", "signature": f"Eq{n:06d}+/signed=="},
     "gemini": lambda n: {"text": "", "thought": True, "thoughtSignature": f"Cq{n:06d}+/signed=="},
+    "interactions": lambda n: {"type": "thought", "signature": f"Cq{n:06d}+/signed=="},
 }
 
 

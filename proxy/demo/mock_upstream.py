@@ -13,7 +13,8 @@ the proxy's error paths.
 
 ``/v1/responses`` and ``/v1/messages`` answer as OpenAI's Responses API and Anthropic's
 Messages do (``context_engine.proxy.demo.mock_apis``), ``/v1beta/models/{model}:generateContent``
-as Gemini does (``mock_gemini``). A ``script`` (steps ``{"shell": cmd}`` or
+as Gemini does (``mock_gemini``), ``/v1beta/interactions`` as its Interactions API
+does (``mock_interactions``). A ``script`` (steps ``{"shell": cmd}`` or
 ``{"text": ...}``) drives real agents: each request that offers a shell tool gets the
 next step, any other request a plain text reply.
 """
@@ -34,7 +35,7 @@ from starlette.responses import JSONResponse as StarletteJSON
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from context_engine.proxy.demo import mock_apis, mock_gemini
+from context_engine.proxy.demo import mock_apis, mock_gemini, mock_interactions
 from context_engine.proxy.demo.mock_apis import next_reply as _next_reply
 from context_engine.proxy.demo.server_thread import ServerThread as ServerThread  # re-exported
 from context_engine.proxy.dialects.anthropic.request import parse as parse_anthropic
@@ -246,12 +247,14 @@ def build_mock_app(state: MockState) -> Starlette:
                             headers={"request-id": "req_mock"})
 
     gemini = mock_gemini.handler(state, record, _prompt_tokens)
+    interactions = mock_interactions.handler(state, record, _prompt_tokens)
     return Starlette(routes=[
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         *(Route(f"/{v}/models/{{model}}:{m}", gemini, methods=["POST"])
           for v in ("v1beta", "v1") for m in ("generateContent", "streamGenerateContent")),
+        *(Route(f"/{v}/interactions", interactions, methods=["POST"]) for v in ("v1beta", "v1")),
         Route("/v1/{path:path}", other, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ])
 

@@ -14,9 +14,10 @@ from context_engine.proxy.dialects.anthropic import ANTHROPIC
 from context_engine.proxy.dialects.chat import CHAT
 from context_engine.proxy.dialects.dialect import Dialect
 from context_engine.proxy.dialects.gemini import GEMINI
+from context_engine.proxy.dialects.interactions import INTERACTIONS
 from context_engine.proxy.dialects.responses import RESPONSES
 
-DIALECTS: tuple[Dialect, ...] = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
+DIALECTS: tuple[Dialect, ...] = (CHAT, RESPONSES, ANTHROPIC, INTERACTIONS, GEMINI)
 BY_NAME: dict[str, Dialect] = {d.name: d for d in DIALECTS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 DEFAULT: Dialect = CHAT

@@ -70,6 +70,20 @@ class Compaction:
 
 
 @dataclass(frozen=True)
+class ProviderCompaction:
+    """The provider's own compaction a request carried (``engine.provider_compaction``):
+    the index of the message holding the last one, and the head the rules left alone."""
+
+    at: int
+    head_messages: int
+    head_tokens: int
+
+    def columns(self) -> dict[str, Any]:
+        """The ledger's ``context`` column gains ``provider_compaction``."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class RequestContext:
     """One chat-completions request on its way through the pipeline."""
 
@@ -106,6 +120,8 @@ class RequestContext:
     # epochs): the engine puts a cache breakpoint on it (``proxy/engine/breakpoints.py``,
     # ``mark_stable``), also when a later rule folded its text.
     stable_end: tuple[int, bytes] | None = None
+    # The provider's compaction the request carried: the rules saw only what follows it.
+    provider_compaction: ProviderCompaction | None = None
 
     def replace(self, **changes: Any) -> RequestContext:
         return dataclasses.replace(self, **changes)

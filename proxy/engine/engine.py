@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from context_engine.proxy.engine import profiles
+from context_engine.proxy.engine import profiles, provider_compaction
 from context_engine.proxy.engine.ab_guard import AbGuard
 from context_engine.proxy.engine.breakpoints import AUTO_BLOCKS, mark_stable, restore
 from context_engine.proxy.engine.commits import Commits
@@ -277,18 +277,21 @@ class Engine:
     async def _rewrite(self, body: dict[str, Any], session_id: str, choice: str | None,
                        can_offer: bool, caller: str, deadline: float | None, agent: str,
                        pending: PendingWrites) -> Rewrite:
-        ctx, counter, fallback = self._context(body, session_id, caller, agent)
+        live, boundary = provider_compaction.split(body)  # the rules act after the provider's
+        ctx, counter, fallback = self._context(live, session_id, caller, agent)
         name = profiles.pick(self.settings, ctx.model, choice)
         pipeline = self.guard.pipeline(session_id, self.pipelines.get(name, self.pipeline))
         result = await pipeline.run(ctx, counter, deadline)
         auto = self.settings.cache.auto_breakpoints
         if (result.changed or auto) and not result.failed_open:
             sent = result.ctx.messages if result.changed else list(result.ctx.messages)
-            marked, _ = restore(body["messages"], sent, auto, *(self.blocks.get(name) or AUTO_BLOCKS))
+            marked, _ = restore(live["messages"], sent, auto, *(self.blocks.get(name) or AUTO_BLOCKS))
             if result.ctx.stable_end is not None:
                 marked = mark_stable(marked, result.ctx.stable_end)
             if marked is not sent:
                 result.ctx = result.ctx.replace(messages=marked)
+        if boundary is not None:
+            boundary.rejoin(result, counter)
         state = apply_recall(self.settings.recall, pending, body["messages"], result, counter,
                              session_id, can_offer, pipeline.fencing(result.ctx.notes))
         return Rewrite(result, counter.encoding, fallback, state, pending)

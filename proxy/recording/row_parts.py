@@ -78,6 +78,8 @@ class Rewritten:
         context["kind"] = res.ctx.kind
         if res.ctx.compaction is not None:
             context["compaction"] = res.ctx.compaction.columns()
+        if res.ctx.provider_compaction is not None:  # the rules acted only after it
+            context["provider_compaction"] = res.ctx.provider_compaction.columns()
         journal = tuple({"rule": j.rule, "before": j.tokens_before, "after": j.tokens_after,
                          "ms": round(j.ms, 3), "note": j.note, "error": j.error} for j in res.journal)
         oscillation = memory.oscillation if memory is not None else None
