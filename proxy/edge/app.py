@@ -16,10 +16,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from context_engine.proxy import __version__, log_redaction
 from context_engine.proxy.dialects.registry import DIALECTS, for_client
+from context_engine.proxy.dialects.responses import RESPONSES
 from context_engine.proxy.edge import shutdown
 from context_engine.proxy.edge.conversation import Conversation
 from context_engine.proxy.edge.exposure import (
@@ -36,6 +37,7 @@ from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.origin import OriginCheck, allowed_origins
 from context_engine.proxy.edge.passthrough import Passthrough
 from context_engine.proxy.edge.tags import TagPrefix
+from context_engine.proxy.edge.websocket import ResponsesSocket
 from context_engine.proxy.engine.engine import Engine
 from context_engine.proxy.errors import OwnError, error_response
 from context_engine.proxy.recording.finish import Finisher
@@ -151,6 +153,8 @@ def create_app(settings: Settings, engine: Engine | None = None,
         Route("/dashboard", admin_only(dashboard, settings.admin_token), methods=["GET"]),
         *(Route(path, c.handle, methods=["POST"]) for c in conversations for path in c.dialect.routes),
         *(Route(path, passthrough.handle, methods=METHODS) for d in DIALECTS for path in d.passthrough),
+        *(WebSocketRoute(path, ResponsesSocket(c).handle) for c in conversations  # Codex's transport
+          if c.dialect is RESPONSES for path in c.dialect.routes),
     ]
     allowed = tuple(h.strip() for h in settings.allowed_hosts.split(",") if h.strip())
     middleware = [Middleware(OriginCheck, allowed=allowed_origins(settings.allowed_origins)),

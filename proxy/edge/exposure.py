@@ -128,7 +128,7 @@ class HostCheck:
         return name.lower() in self.allowed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] in ("http", "websocket"):
             host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), None)
             if host is not None and not self._ok(host):
                 headers = {k.decode("latin-1"): "" for k, _ in scope["headers"]}
@@ -162,7 +162,7 @@ class ClientTokens:
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path", "") in ADMIN_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope.get("path", "") in ADMIN_PATHS:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]

@@ -53,7 +53,7 @@ class OriginCheck:
         return headers.get(b"sec-fetch-site", "").lower() in CROSS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._refused(scope):
+        if scope["type"] in ("http", "websocket") and self._refused(scope):
             shape = {k.decode("latin-1").lower(): "" for k, _ in scope["headers"]}
             response = error_response(OwnError(
                 403, "Requests from web pages are refused; add the page's origin to "

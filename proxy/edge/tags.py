@@ -70,7 +70,7 @@ class TagPrefix:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith(PREFIX):
             scope = _untagged(scope) or {**scope, "path": "/_tag/invalid"}
         await self.app(scope, receive, send)
 
