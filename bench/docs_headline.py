@@ -55,6 +55,19 @@ def cold_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return "; ".join(parts), {"date": report["date"]}
 
 
+def crossval_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``bench/crossval.py``: the held-out figure of each memory file, beside the defaults'
+    in-sample one (``h["files"]``: label → JSON); the date is the latest run's."""
+    parts, dates = [], []
+    for label, name in h["files"].items():
+        report = t.read(name)
+        held, inside = report["crossval"], report["configured_in_sample"]
+        parts.append(f"{label} {t.pct(held['evidence'])} at {t.pct(held['reduction'])} fewer tokens "
+                     f"(defaults in sample: {t.pct(inside['evidence'])})")
+        dates.append(report["date"])
+    return "; ".join(parts), {"date": max(dates)}
+
+
 def eval_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     report = t.read(h["file"])
     f1, bill = report["f1"], report["bill"]
@@ -77,7 +90,8 @@ def load_figures(h: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 HEADLINES: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
     "bill": bill_figures, "way_back": way_back_figures, "evidence": evidence_figures,
-    "cold_memory": cold_figures, "eval": eval_figures, "load": load_figures}
+    "cold_memory": cold_figures, "crossval": crossval_figures, "eval": eval_figures,
+    "load": load_figures}
 
 
 def headline_row(h: dict[str, Any]) -> tuple[str, str, str]:

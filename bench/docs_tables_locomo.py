@@ -50,12 +50,13 @@ def variants(names: list[str]) -> str:
         + f"\n\n(Generated from `{report['command']}`, {report['date']}: `docs/results/{name}`.)"
 
 
-def _crossval_row(label: str, r: dict[str, Any], delta: int | None = None) -> list[Any]:
+def _crossval_row(label: str, r: dict[str, Any], categories: list[str],
+                  delta: int | None = None) -> list[Any]:
     kept = f"{r['kept']}/{r['cases']} ({pct(r['evidence'])})"
     if delta is not None:
         kept += f" ({delta:+d})".replace("-", "−")
     return [label, kept, pct(r["reduction"]),
-            *["{}/{}".format(*r["by_category"][c]) for c in CATEGORIES]]
+            *["{}/{}".format(*r["by_category"][c]) for c in categories]]
 
 
 def crossval(names: list[str]) -> str:
@@ -64,19 +65,21 @@ def crossval(names: list[str]) -> str:
     (name,) = names
     report = read(name)
     cv = report["crossval"]
-    rows = [_crossval_row("**defaults**, in sample", report["configured_in_sample"]),
+    cats = sorted(report["configured_in_sample"]["by_category"])
+    rows = [_crossval_row("**defaults**, in sample", report["configured_in_sample"], cats),
             _crossval_row(f"**held out** (choosing at ≥ {pct(report['min_reduction'])} pooled "
-                          "reduction)", cv)]
+                          "reduction)", cv, cats)]
     for part, r in report.get("ablations", {}).items():
-        rows.append(_crossval_row(f"held out, without `{part}`", r, r["kept"] - cv["kept"]))
+        rows.append(_crossval_row(f"held out, without `{part}`", r, cats, r["kept"] - cv["kept"]))
     folds = "; ".join(f"{f['held_out']} {f['kept']}/{f['cases']} "
                       f"({', '.join(f'{k}: {v}' for k, v in f['options'].items()) or 'defaults'})"
                       for f in cv["folds"])
     chosen = ", ".join(f"{k}: {v}" for k, v in cv["all_folds"].items()) or "the defaults"
-    return table({"columns": ["", "evidence", "reduction", *CATEGORIES],
-                  "align": ["left"] + ["right"] * (2 + len(CATEGORIES)), "rows": rows}) \
-        + f"\n\nHeld out per conversation, with the options chosen without it: {folds}. Chosen " \
-          f"on all conversations: {chosen}. The run took {report['minutes']:.0f} min." \
+    groups = "fold" if cv["folds"] and cv["folds"][0]["held_out"].startswith("fold") else "conversation"
+    return table({"columns": ["", "evidence", "reduction", *cats],
+                  "align": ["left"] + ["right"] * (2 + len(cats)), "rows": rows}) \
+        + f"\n\nHeld out per {groups}, with the options chosen without it: {folds}. Chosen " \
+          f"on all {groups}s: {chosen}. The run took {report['minutes']:.0f} min." \
         + run_line(report, name)
 
 

@@ -6,9 +6,12 @@ pipeline (``EngineSystem`` of bench/systems.py: the configured rules, ``retrieve
 given options) and gives one row: its conversation, category,
 whether every evidence substring stayed visible, and request tokens before and after.
 
-The store is a directory (diskcache) shared by every run: each turn is embedded once,
-ever, and every search is the full hybrid one (``max_embed: 0``; the server reaches the
-same state once its background lane has embedded a session's dropped turns). The cases
+The store is a directory (diskcache) shared by every run. With the default ``ranking:
+request`` every request ranks as a cold one does (the static table over the session's
+chunks), so each case is what a cold request through the server gives; with ``ranking:
+stored`` each turn is embedded once, ever, and every search is the full hybrid one
+(``max_embed: 0``: the state a server reaches once its background has embedded a
+session's dropped turns). The cases
 of one conversation go through one session, in file order: they share the history, so
 its index is built once (a request's output depends only on it and the store). Rows are
 cached in ``<store>/rows.json`` under the options and a hash of ``rules/``'s sources, so
@@ -49,7 +52,8 @@ class Row:
 
 
 def load_locomo(path: str | None = None, conversations: int | None = None) -> list[Case]:
-    """The LoCoMo cases with evidence, optionally of the first ``conversations`` only."""
+    """The cases with evidence of a memory file (LoCoMo by default; LongMemEval too),
+    optionally of the first ``conversations`` only."""
     cases = [c for c in cases_mod.load_cases(cases_mod.resolve_file(path or "locomo"))
              if any(p.evidence for p in c.probes)]
     if conversations is not None:
@@ -59,7 +63,15 @@ def load_locomo(path: str | None = None, conversations: int | None = None) -> li
 
 
 def conversation(case: Case) -> str:
+    """The history a case asks about: a LoCoMo conversation (several questions each), a
+    LongMemEval question (its own history)."""
+    if case.meta.get("question_id"):
+        return str(case.meta["question_id"])
     return str(case.meta.get("sample_id") or case.id.rsplit("/", 1)[0])
+
+
+def category(case: Case) -> str:
+    return str(case.meta.get("category_name") or case.meta.get("question_type") or "")
 
 
 def _sources_hash() -> str:
@@ -125,7 +137,7 @@ class Evaluator:
                 done[case.id] = [kept, self._tokens(case),
                                  self.counter.request(out.messages, case.tools)]
             self.rows_path.write_text(json.dumps(self.memo, sort_keys=True))
-        return [Row(c.id, conversation(c), str(c.meta.get("category_name", "")),
+        return [Row(c.id, conversation(c), category(c),
                     bool(done[c.id][0]), int(done[c.id][1]), int(done[c.id][2]))
                 for c in self.cases]
 

@@ -36,7 +36,7 @@ rules_deadline_ms: 0
 cache: {prompt_cache_key: session}
 rules: {fold_duplicates: true, tool_json: true, summarize: true, retrieve: true, zones: true, budget: true}
 rule_options:
-  retrieve: {embedder: hashing, max_embed: 0}
+  retrieve: {embedder: hashing, max_embed: 0, ranking: stored}
 """
 
 

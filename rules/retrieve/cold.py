@@ -21,17 +21,18 @@ from context_engine.rules.retrieve.index import Chunk, SessionIndex
 class ColdRanking:
     def __init__(self, table: StaticEmbedder) -> None:
         self.table = table
-        # the last copy built: (index, its chunks then, the copy, the question's embedder)
-        self._last: tuple[SessionIndex, list[Chunk], SessionIndex, Callable[[list[str]], Any]] | None = None
 
     def index(self, idx: SessionIndex) -> tuple[SessionIndex, Callable[[list[str]], Any]]:
         """``idx``'s chunks with the weighted table's vectors, and the embedder of the
-        question (the same weights). Built once per set of chunks."""
-        last = self._last
-        if last is not None and last[0] is idx and last[1] is idx.chunks:
-            return last[2], last[3]
+        question (the same weights). Built once per set of chunks and kept with the
+        session's index (``ranking: request`` ranks every request this way: a session's
+        requests between two block boundaries share one copy, whatever other sessions
+        ran in between)."""
+        last: tuple[list[Chunk], SessionIndex, Callable[[list[str]], Any]] | None = idx.cold
+        if last is not None and last[0] is idx.chunks:
+            return last[1], last[2]
         texts = [c.embed_text for c in idx.chunks]
         weighted = self.table.for_corpus(texts)
         ranked = idx.with_vectors(weighted.embed(texts))
-        self._last = (idx, idx.chunks, ranked, weighted.embed)
+        idx.cold = (idx.chunks, ranked, weighted.embed)
         return ranked, weighted.embed

@@ -27,6 +27,7 @@ class RetrieveConfig:
     max_zone_tokens: int = option(7000, "a zone never takes more than this, however long the history it replaces (0 = no cap)")
     broad_budget: int = option(4500, "token budget of a zone for a question that asks for several things or a judgement (What books…, Would she…, How many…; 0 = max_snippet_tokens)")
     self_share: float = option(0.25, "share of the zone kept for the user's own statements (user turns saying something about the user, best score first) when the turn asks for advice: Any tips…, What should I…; such a turn also passes the gate with what it tells; between a user and an assistant only (0 = off)")
+    self_gate: str = option("always", "which questions get self_share of the zone for the user's own statements: always (every question between a user and an assistant) | advice (only those asking for advice)")
     mark_updates: bool = option(True, "when snippets of several turns name the question's subject (its rarest word), mark the latest and the earlier ones: (latest on yoga), (earlier than #213 on yoga); between a user and an assistant, the gate does not count that subject as seen while the memory holds statements on it that the window lacks")
     bm25_weight: float = option(0.4, "weight of BM25 in the fused score (the rest is embeddings)")
     bm25_weight_exact: float = option(0.75, "BM25 weight when the query holds ids, numbers, dates or code")
@@ -39,6 +40,7 @@ class RetrieveConfig:
     gate: str = option("auto", "auto: retrieve only for turns that name an id or mainly ask (not news with a question back) about something the window lacks; always: every non-ack turn")
     position: str = option("before_last_user", "where the zone goes: before_last_user | after_system (after the system prompt and the task)")
     embedder: str = option("auto", "auto | minilm | minilm-ort | wordllama | hashing | litellm:<model>")
+    ranking: str = option("request", "request: every chunk of a session is ranked on the request with cold_embedder's static table (or BM25 alone without it), so the bytes sent depend only on the request and the committed zones, never on how far background embedding has got (replicas agree); stored: the main embedder's vectors once the background has stored them, the static table until then")
     cold_embedder: str = option("auto", "dense half of a cold request (no vector of the session's chunks stored yet), every chunk embedded on the request: auto (wordllama when installed, else none) | wordllama | none (BM25 alone)")
     keep_tool_units: bool = option(True, "tool calls and their results stay in the request (tool_json compresses them); only conversation turns leave")
     context_chars: int = option(200, "characters of the turns before and after searched with each turn (0 = off)")
@@ -53,6 +55,10 @@ class RetrieveConfig:
             raise ValueError(f"position must be one of {', '.join(POSITIONS)}")
         if self.cold_embedder not in ("auto", "wordllama", "none"):
             raise ValueError("cold_embedder must be auto, wordllama or none")
+        if self.ranking not in ("request", "stored"):
+            raise ValueError("ranking must be request or stored")
+        if self.self_gate not in ("advice", "always"):
+            raise ValueError("self_gate must be advice or always")
         if self.gate not in ("auto", "always"):
             raise ValueError("gate must be auto or always")
         if self.window < 1 or self.block < 1 or self.top_k < 1:

@@ -50,6 +50,7 @@ class SessionIndex:
         self._df: Counter[str] | None = None
         self._speakers: set[str] | None = None
         self._voices: set[str] | None = None
+        self.cold: Any = None  # the static table's copy of these chunks (``cold.ColdRanking``)
 
     def oscillation(self, injected: list[str]) -> float | None:
         """Share of the injected snippets that were not injected on the previous

@@ -14,23 +14,22 @@ What it does
     picks the relevant snippets, and they come back as one ``[context-engine:memory]``
     user message just before that user turn. The zone holds ``max_snippet_tokens``; a
     question asking for several things or a judgement (``query.is_broad``) gets
-    ``broad_budget`` and proportionally more seeds; one asking advice keeps ``self_share``
-    of it for the user's own statements (``profile``); statements of several turns on
+    ``broad_budget`` and proportionally more seeds; between a user and an assistant
+    ``self_share`` of it goes to the user's own statements (``profile``; ``self_gate``:
+    every question, or those asking advice); statements of several turns on
     the question's subject are marked latest and earlier (``updates``). Between named
     people, a short reaction fills the zone after the turns that tell (``length_prior``).
 
 Cost
-    Nothing is embedded for a session until turns leave its request, and then only
-    what left. Vectors come from the store; a request embeds at most ``max_embed``
-    missing ones, the best BM25 candidates of its question first, and the rest rank by
-    BM25 alone until then. A cold request (no vector stored yet) embeds none with the
-    main embedder: it ranks every chunk with ``cold_embedder``'s static table, each
-    token weighted by its idf over the session's chunks (~40 ms for 419 turns;
-    ``cold``), else by BM25 alone. However long the history, a zone holds at
-    most ``max_zone_tokens``.
-    ``prefetch`` (the background lane, between requests) embeds those, and the turns
-    that will leave at the next block boundary. The rewrite is a function of the request
-    and the store's contents: with every vector stored it is the full hybrid search.
+    By default (``ranking: request``) a request ranks every chunk with ``cold_embedder``'s
+    static table, each token weighted by its idf over the session's chunks (~40 ms for
+    419 turns; ``cold``), else by BM25 alone: the bytes sent depend on the request and
+    the committed zones only, never on background timing, so replicas agree. With
+    ``ranking: stored`` (nothing embedded until turns leave) vectors of the main embedder come from the
+    store; a request embeds at most ``max_embed`` missing ones (the best BM25 candidates
+    first), ``prefetch`` (background) the rest and the turns leaving at the next block
+    boundary; the static table ranks until the store has any. A zone holds at most
+    ``max_zone_tokens``.
 
 Why
     Clients resend the whole history; most of it is irrelevant to the current turn.
@@ -196,11 +195,14 @@ class Retrieve:
         wide = max(1.0, budget / self.params.max_tokens)  # a broad question's budget: more seeds
         params = replace(self.params, max_tokens=budget, top_k=round(self.params.top_k * wide))
         if idx.chunks:
-            self._vectorize(idx, query, allowance)
+            stored = self.config.ranking == "stored"
+            if stored:
+                self._vectorize(idx, query, allowance)
             ranked, rank_embed = self.cold_ranking.index(idx) \
-                if self.cold_ranking is not None and not idx.has_vector().any() else (idx, embed)
+                if self.cold_ranking is not None and not (stored and idx.has_vector().any()) else (idx, embed)
             scores = fused_scores(ranked, query, rank_embed, params)
-            own = own_turns(idx, scores) if self._advice(idx) and asks_advice(query) else []
+            asked = self.config.self_gate == "always" or asks_advice(query)
+            own = own_turns(idx, scores) if self._advice(idx) and asked else []
             hits = select(ranked, scores, visible, params, counter, own, int(self.config.self_share * budget))
             hits = mark_updates(hits, ranked, query, counter, budget) if self.config.mark_updates else hits
         if self.kb is not None:
@@ -225,14 +227,16 @@ class Retrieve:
         session = ctx.session_id or fingerprint(msgs[:head + 1])
         keep = self.tail.kept(msgs, head, cut)
         indexed = source(ctx, msgs, head, cut, keep)
-        if cut > head:
+        stored = self.config.ranking == "stored"
+        if cut > head and stored:
             self.ahead.remember(session, indexed[0], indexed[2])
         idx = self._index(session)
         with idx.lock:  # a session's index is used by one request at a time
             idx.sync(self._chunks(*indexed))
-            unembedded, _ = idx.vectorize(cap=0)  # what the store has; the rest in background
-            if unembedded:
-                self.ahead.fill(session, [idx.chunks[i].embed_text for i in unembedded])
+            if stored:
+                unembedded, _ = idx.vectorize(cap=0)  # what the store has; the rest in background
+                if unembedded:
+                    self.ahead.fill(session, [idx.chunks[i].embed_text for i in unembedded])
             zones = self._zones(msgs, head, cut, lu, idx, counter, keep, session)
             return self._rewritten(ctx, msgs, head, cut, lu, idx, zones, keep)
 

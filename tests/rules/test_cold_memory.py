@@ -13,7 +13,8 @@ from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import HashingEmbedder
 from tests.harness import make_deps
 from tests.rules.test_prefetch import RecordingEmbedder as Counting
-from tests.rules.test_retrieve import apply, chat, memory_of, rule
+from tests.rules.test_prefetch import stored_rule as rule
+from tests.rules.test_retrieve import apply, chat, memory_of
 
 FACTS = {3: "My passport number is X99812.", 17: "The wifi password is lemon-tree-42.",
          40: "Our anniversary dinner is at Luigi's on the 14th."}

@@ -62,7 +62,8 @@ def test_a_cold_request_embeds_its_whole_history_with_max_embed_0(emb):
     # the opt-in use: every chunk embedded on the request, so cold ranks as warm does
     from tests.harness import make_deps
     from tests.rules.test_cold_memory import cold_history
-    from tests.rules.test_retrieve import apply, memory_of, rule
+    from tests.rules.test_prefetch import stored_rule as rule
+    from tests.rules.test_retrieve import apply, memory_of
 
     out = apply(rule(make_deps(embedder=emb), max_embed=0), cold_history())
     assert out.notes["retrieve"]["unembedded"] == 0 and out.notes["retrieve"]["embedder"] == "wordllama"
@@ -77,7 +78,8 @@ def test_a_cold_request_ranks_with_the_static_table_and_a_warm_one_does_not():
     from tests.harness import make_deps
     from tests.rules.test_cold_memory import cold_history
     from tests.rules.test_prefetch import RecordingEmbedder
-    from tests.rules.test_retrieve import apply, memory_of, rule
+    from tests.rules.test_prefetch import stored_rule as rule
+    from tests.rules.test_retrieve import apply, memory_of
 
     main, store = RecordingEmbedder(), MemoryStore()
     r = rule(make_deps(store=store, embedder=main))

@@ -19,7 +19,20 @@ from context_engine.proxy.store.stores import MemoryStore
 from context_engine.rules.retrieve.embedders import HashingEmbedder, make_embedder, minilm_dir
 from context_engine.rules.retrieve.rule import Retrieve
 from tests.harness import make_deps
-from tests.rules.test_retrieve import SMALL, CountingEmbedder, apply, chat, rule
+from tests.rules.test_retrieve import SMALL as ANY_SMALL
+from tests.rules.test_retrieve import CountingEmbedder, apply, chat
+from tests.rules.test_retrieve import rule as any_rule
+
+SMALL = {**ANY_SMALL, "ranking": "stored"}  # prefetch embeds for the stored vectors' ranking
+
+
+def stored_rule(deps=None, **options):
+    """``retrieve`` ranking with stored vectors (``ranking: stored``), whose background
+    embedding and per-request cap these tests are about."""
+    return any_rule(deps, ranking="stored", **options)
+
+
+rule = stored_rule
 
 
 def conversation_points(n_pairs: int = 24) -> list[list[dict]]:
@@ -80,17 +93,22 @@ def test_without_prefetch_the_boundary_request_embeds_the_block():
     assert warmed and max(embeds) >= 2
 
 
-def test_prefetch_changes_no_output():
+def test_prefetch_changes_no_output_and_has_nothing_to_do_by_default():
+    """``ranking: request`` (the default) ranks on the request alone: the background has
+    nothing to embed for a session, and the output is the same with or without it. (With
+    ``ranking: stored`` it is not: tests/test_replica_timing.py.)"""
     def run(prefetch: bool) -> list[str]:
-        r = rule(make_deps(embedder=HashingEmbedder()))
+        r = any_rule(make_deps(embedder=HashingEmbedder()))
         outs = []
         for msgs in conversation_points():
             outs.append(json.dumps(apply(r, msgs).messages))
             if prefetch:
-                r.prefetch()
+                assert r.prefetch() == 0
         return outs
 
-    assert run(True) == run(False)
+    with_prefetch = run(True)
+    assert with_prefetch == run(False)
+    assert any("[context-engine:memory]" in out for out in with_prefetch)
 
 
 def test_engine_prefetches_after_a_rewrite_off_the_request_path():

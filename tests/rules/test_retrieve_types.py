@@ -54,10 +54,18 @@ def test_self_share_zero_is_the_plain_ranking():
     assert zone and OWN not in zone
 
 
-def test_a_question_about_the_past_keeps_the_plain_ranking():
+def test_with_the_advice_gate_a_question_about_the_past_keeps_the_plain_ranking():
     question = "What activities at work and on the bus did the list name?"
     assert not asks_advice(question)
-    assert _zone(_advice_chat(question)) == _zone(_advice_chat(question), self_share=0.0)
+    assert _zone(_advice_chat(question), self_gate="advice") == _zone(_advice_chat(question), self_share=0.0)
+
+
+def test_a_preference_question_not_worded_as_advice_still_gets_the_users_statements():
+    # no "suggest", "tips" or "should I": the advice gate misses it, the default does not
+    question = "Are there activities I can do during my commute to work?"
+    assert not asks_advice(question)
+    assert OWN in _zone(_advice_chat(question))
+    assert OWN not in _zone(_advice_chat(question), self_gate="advice")
 
 
 def test_advice_request_after_news_asks_for_memory():
