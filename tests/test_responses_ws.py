@@ -196,3 +196,28 @@ def test_context_recall_is_answered_inside_the_proxy_and_the_chain_continues(tmp
     assert completed(two)["status"] == "completed"
     assert every[0]["recall_rounds"] == 1 and every[0]["status"] == 200 and len(every) == 2
 
+
+
+def test_a_socket_through_deploys_nginx_reaches_a_replica(tmp_path):
+    """deploy/nginx.conf upgrades a WebSocket through to the replica (and keeps plain
+    requests working): a turn through nginx relays as it does straight to the proxy."""
+    from context_engine.bench.fleet import Nginx, nginx_bin
+    from tests.conftest import _service
+
+    def need_nginx() -> None:
+        if nginx_bin() is None:
+            raise FileNotFoundError("nginx is not installed (apt-get install nginx)")
+
+    _service("nginx", need_nginx)  # skip here (fail in CI) without nginx
+    mock = MockWsUpstream()
+    with mock, proxy_for(mock.url, tmp_path) as (proxy, app), Nginx([proxy.port]) as nginx:
+        async def talk() -> list[str]:
+            async with connect(nginx.url.replace("http://", "ws://") + "/v1/responses",
+                               additional_headers=KEY) as conn:
+                return await turn(conn, create(first_turn()))
+
+        events = asyncio.run(talk())
+        assert httpx.get(nginx.url + "/healthz").status_code == 200
+        every = rows(app)
+    assert events == mock.sent and completed(events)["status"] == "completed"
+    assert [r["status"] for r in every] == [200]
