@@ -14,7 +14,9 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from context_engine.proxy.engine.context import Compaction
 from context_engine.proxy.engine.messages import fingerprint
+from context_engine.proxy.engine.sessions import AGENT
 from context_engine.proxy.store.stores import Store, StoreUnavailable
 
 log = logging.getLogger("context_engine.compact")
@@ -53,6 +55,17 @@ class Line:
         unchanged."""
         return len(messages) >= self.at and all(
             i < len(messages) and message_hash(messages[i]) == h for i, h in self.cleared.items())
+
+    def figures(self, fired: bool, agent: bool, assumed: bool) -> Compaction:
+        """The request's compaction figures (the ledger's): the last epoch's when it fired."""
+        last = self.epochs[-1] if self.epochs else None
+        return Compaction(
+            kind=AGENT if agent else "chat", epoch=self.epoch, fired=fired,
+            cleared=len(self.cleared),
+            cleared_tokens=last.cleared_tokens if fired and last else 0,
+            miss_tokens=last.miss_tokens if fired and last else 0.0,
+            save_per_request=sum(e.save_per_request for e in self.epochs),
+            reason=last.reason if fired and last else "", assumed=assumed)
 
     def to_bytes(self) -> bytes:
         return json.dumps({"cleared": {str(k): v for k, v in sorted(self.cleared.items())},

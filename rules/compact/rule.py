@@ -60,7 +60,7 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
-from context_engine.proxy.engine.context import Compaction, RequestContext
+from context_engine.proxy.engine.context import RequestContext
 from context_engine.proxy.engine.contract import RuleDeps
 from context_engine.proxy.engine.messages import (
     fingerprint,
@@ -80,6 +80,7 @@ from context_engine.rules.compact.placeholder import CLEARED, placeholder
 from context_engine.rules.compact.planner import Prices, expected_requests, plan, trigger
 from context_engine.rules.compact.related import related
 from context_engine.rules.compact.way_back import reread_rate, worth_clearing
+from context_engine.rules.text_parts import on_plain
 
 
 class Compact:
@@ -170,6 +171,9 @@ class Compact:
         return out
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
+        return await on_plain(ctx, self._apply)  # a result sent as one text part is read as its string
+
+    async def _apply(self, ctx: RequestContext) -> RequestContext:
         agent = ctx.kind == AGENT
         if self.config.sessions == "agent" and not agent:
             return ctx
@@ -203,7 +207,7 @@ class Compact:
             current = epoch[1]
         else:
             commit(store, session, line)
-        figures = self._figures(line, fired, agent, prices.assumed)
+        figures = line.figures(fired, agent, prices.assumed)
         if not line.cleared:
             return ctx.replace(compaction=figures)
         at = None if stable is None else stable if stable < len(ctx.messages) and ctx.messages[stable] is original[stable] \
@@ -284,16 +288,6 @@ class Compact:
             if (m.get("role") in ("tool", "assistant") or i in seen) and self._clear(m, counter, acts) is not None:
                 return i - 1 if 0 < i < len(original) else None
         return None
-
-    def _figures(self, line: Line, fired: bool, agent: bool, assumed: bool) -> Compaction:
-        last = line.epochs[-1] if line.epochs else None
-        return Compaction(
-            kind=AGENT if agent else "chat", epoch=line.epoch, fired=fired,
-            cleared=len(line.cleared),
-            cleared_tokens=last.cleared_tokens if fired and last else 0,
-            miss_tokens=last.miss_tokens if fired and last else 0.0,
-            save_per_request=sum(e.save_per_request for e in line.epochs),
-            reason=last.reason if fired and last else "", assumed=assumed)
 
 
 _MISSING: Any = object()

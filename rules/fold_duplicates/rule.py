@@ -68,6 +68,7 @@ from context_engine.proxy.engine.sessions import AGENT, pinned
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.rules.fold_duplicates import patterns as fp
 from context_engine.rules.fold_duplicates.config import FoldDuplicatesConfig
+from context_engine.rules.text_parts import on_plain
 
 TOOL_REF = "[same result as tool call {id} above]"
 TEXT_REF = REPEAT_REF + "{role} message “{head}…”]"
@@ -99,6 +100,9 @@ class FoldDuplicates:
         self.deps = deps
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
+        return await on_plain(ctx, self._apply)  # a message sent as one text part is read as its string
+
+    async def _apply(self, ctx: RequestContext) -> RequestContext:
         msgs = list(ctx.messages)
         head = system_prefix_len(msgs)
         w = _Work(msgs, list(msgs), head, last_user_index(msgs), self._closed_end(msgs, head),

@@ -94,6 +94,7 @@ from context_engine.proxy.engine.contract import RuleDeps, option
 from context_engine.proxy.engine.originals import keep_original, original_id
 from context_engine.proxy.engine.tokens import TokenCounter
 from context_engine.proxy.store.memo import BoundedCache
+from context_engine.rules.text_parts import on_plain
 from context_engine.rules.tool_json.clip import clip
 from context_engine.rules.tool_json.compact import CompactOptions, compact, parse_container
 from context_engine.rules.tool_json.line_repeats import LineRepeats
@@ -171,6 +172,9 @@ class ToolJson:
                                     config.factor, tight_keys=config.tight_keys)
 
     async def apply(self, ctx: RequestContext) -> RequestContext:
+        return await on_plain(ctx, self._apply)  # a result sent as one text part is read as its string
+
+    async def _apply(self, ctx: RequestContext) -> RequestContext:
         messages = ctx.messages
         counter = TokenCounter(ctx.encoding)
         names = tool_names(messages)

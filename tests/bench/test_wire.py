@@ -29,7 +29,8 @@ def _case(api, opaque=False):
 
 
 WIRED = [api for api in APIS if api != "chat"]
-OPAQUE = {"responses": b'"reasoning"', "anthropic": b'"thinking"', "gemini": b'"thoughtSignature"'}
+OPAQUE = {"responses": b'"reasoning"', "anthropic": b'"thinking"', "gemini": b'"thoughtSignature"',
+          "interactions": b'"thought"'}
 
 
 @pytest.mark.parametrize("api", WIRED)

@@ -122,12 +122,37 @@ def test_in_an_agent_session_each_request_extends_the_one_before() -> None:
 
 
 def test_without_system_prompt_and_with_parts_content() -> None:
-    parts = [{"type": "text", "text": "ok"}]
+    parts = [{"type": "text", "text": "ok"}, {"type": "text", "text": "ok"}]
     msgs = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "Hi."},
             {"role": "user", "content": parts}, {"role": "assistant", "content": "Yes?"},
             {"role": "user", "content": "What is my balance?"}]
     out = run_rule(FoldDuplicates, msgs, recent_turns=1, block_turns=1).messages
     assert out == msgs  # the leading "ok" is the task (pinned); a multi-part message is left alone
+
+
+def test_one_text_part_folds_as_its_string() -> None:
+    """A chat client's ``[{"type": "text", ...}]`` is the string it holds (the Messages and
+    Responses adapters hand it over so): the ack goes, the repeat folds, in the client's form."""
+    answer = ("The build failed in step 3 because the cache directory was not writable. " * 4).strip()
+
+    def conversation(wrap: Any) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "Why did the build fail?"},
+                {"role": "assistant", "content": wrap(answer)}, {"role": "user", "content": wrap("ok")},
+                {"role": "assistant", "content": wrap(answer)}, {"role": "user", "content": "Fix it."},
+                {"role": "assistant", "content": "On it."}, {"role": "user", "content": "Thanks, go."}]
+
+    def one_part(text: Any) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": text}]
+
+    plain = run_rule(FoldDuplicates, conversation(lambda t: t), recent_turns=1, block_turns=1).messages
+    msgs = conversation(one_part)
+    parts = run_rule(FoldDuplicates, msgs, recent_turns=1, block_turns=1).messages
+    assert len(parts) == len(plain) < len(msgs)
+    for p, q in zip(parts, plain):
+        assert p["content"] in (q["content"], one_part(q["content"]))
+    assert parts[1] is msgs[1]  # the first answer stays the client's own object
+    assert plain[2]["content"] != answer  # the repeat folded, and the ack went
+    assert parts[2]["content"] == one_part(plain[2]["content"])
 
 
 def test_tool_arguments_that_are_not_json_compare_as_text() -> None:

@@ -1,6 +1,7 @@
 """A fresh Responses request holding a neutral conversation (the bench writes its cases
 so): a leading system message as ``instructions``, the rest as ``input`` items, opaque
-items where they were (``opaque(n)`` makes one for an assistant turn without)."""
+items where they were (``opaque(n)`` makes one for an assistant turn without). A content
+of parts keeps its parts (a tool output's too, as ``input_text`` parts)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def body(model: str, messages: list[Any], tools: Any, opaque: Opaque = None) -> 
             content = [p for p in content if p != PLACEHOLDER]
         if role == "tool":
             items.append({"type": "function_call_output", "call_id": m.get("tool_call_id", ""),
-                          "output": text_of(content)})
+                          "output": [{"type": "input_text", "text": text_of([p])} for p in content]
+                          if isinstance(content, list) else content or ""})
             continue
         if role == "assistant":
             items += m.get(OPAQUE) or ([opaque(n)] if opaque else [])
