@@ -11,9 +11,10 @@ received) three ways, in one run:
 - **cold**: through a proxy whose store is empty (a resumed chat, a stateless client,
   the first request after a deploy): nothing embedded, indexed or committed before;
 - **warm**: the same request through a proxy whose store holds what the cold request's
-  background work left there (every dropped turn's vector), but no committed memory
-  zone (a zone, once committed, is sent again as it was: that is the prompt cache's
-  contract, so the warm figure is of a store that has the vectors and not yet the zone).
+  background work left there, but no committed memory zone (a zone, once committed, is
+  sent again as it was: that is the prompt cache's contract). With ``retrieve.ranking:
+  stored`` that is every dropped turn's vector; with the default ``request`` nothing (a
+  request ranks on itself), and warm must send what cold sends.
 
 Evidence is read from the body the upstream received. A request the proxy sent
 unchanged past its deadline counts as failed open (its evidence is trivially kept; it

@@ -32,10 +32,11 @@ def test_codex_gets_a_provider_of_its_own_on_the_command_line():
     plan = launch("codex", ["exec", "go"], BASE, environ={})
     assert plan.env == {} and plan.argv[-2:] == ["exec", "go"]
     flags = dict(f.split("=", 1) for f in plan.argv[2:-2:2])
-    assert plan.argv[1:-2:2] == ["-c"] * 5
+    assert plan.argv[1:-2:2] == ["-c"] * 6
     assert flags["model_provider"] == f'"{CODEX_PROVIDER}"'
     assert flags[f"model_providers.{CODEX_PROVIDER}.base_url"] == f'"{BASE}/v1"'
     assert flags[f"model_providers.{CODEX_PROVIDER}.wire_api"] == '"responses"'
+    assert flags[f"model_providers.{CODEX_PROVIDER}.supports_websockets"] == "true"
 
 
 @pytest.mark.parametrize("agent,variables", [

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,14 @@ import httpx
 
 from context_engine.proxy.edge.tags import tag_prefix
 from context_engine.proxy.launcher import background
-from context_engine.proxy.launcher.agents import AGENTS, OPENAI, Launch, generic_env, launch
+from context_engine.proxy.launcher.agents import (
+    AGENTS,
+    OPENAI,
+    Launch,
+    generic_env,
+    launch,
+    own_upstream,
+)
 from context_engine.proxy.sanitize import redact_url
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -47,7 +55,7 @@ def pick(command: list[str]) -> tuple[str, str, list[str], bool]:
         raise background.LaunchError(
             f"unknown agent {name!r}: known are {', '.join(AGENTS)}; run anything else with "
             f"context-engine run -- {' '.join(command)}")
-    return name, AGENTS[name].upstream, command, False
+    return name, own_upstream(name, command[1:], dict(os.environ)), command, False
 
 
 def run(command: list[str], upstream: str | None = None, config: str | None = None,
@@ -65,9 +73,22 @@ def run(command: list[str], upstream: str | None = None, config: str | None = No
     base = proxy.url + tag_prefix(tag, project)
     todo = Launch(command, generic_env(base)) if generic else launch(tag, command[1:], base)
     since = time.time()
-    code = _run_child(todo.argv, {**os.environ, **todo.env})
+    with tempfile.TemporaryDirectory(prefix="context-engine-run-") as scratch:  # private: 0700
+        code = _run_child(todo.argv, {**os.environ, **todo.env, **write_files(todo.files, scratch)})
     print_summary(proxy, tag, project, since)
     return code
+
+
+def write_files(files: dict[str, str], folder: str) -> dict[str, str]:
+    """Write each of an agent's one-run config files into ``folder`` (readable by the user
+    only: they may hold keys); the variables that name them."""
+    env = {}
+    for i, (variable, text) in enumerate(sorted(files.items())):
+        path = os.path.join(folder, f"{i}-{variable.lower()}.json")
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+            f.write(text)
+        env[variable] = path
+    return env
 
 
 def _run_child(argv: list[str], env: dict[str, str]) -> int:
