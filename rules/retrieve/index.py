@@ -51,6 +51,7 @@ class SessionIndex:
         self._speakers: set[str] | None = None
         self._voices: set[str] | None = None
         self.cold: Any = None  # the static table's copy of these chunks (``cold.ColdRanking``)
+        self.pending: Any = None  # (texts, future of their weighted table and vectors)
 
     def oscillation(self, injected: list[str]) -> float | None:
         """Share of the injected snippets that were not injected on the previous

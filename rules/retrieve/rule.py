@@ -145,15 +145,13 @@ class Retrieve:
         return idx
 
     def prefetch(self, pause: Callable[[], None] | None = None) -> int:
-        """Embed, between requests, the dropped turns searched without vectors and the
-        turns recent requests will drop at a later block boundary (``memory_prefetch``);
-        returns the number of texts embedded."""
+        """``ranking: stored``: embed, between requests, the dropped turns searched without
+        vectors and those the next block boundary drops; returns the texts embedded."""
         return self.ahead.run(pause)
 
     def forget(self, session: str) -> None:
         """The upstream refused the session's last request: its background embeddings are
-        not queued, and its index leaves the process (rebuilt from the store if it comes
-        back) (the contract's ``Forgetting``)."""
+        not queued, and its index leaves the process (the contract's ``Forgetting``)."""
         self.ahead.forget(session)
         with self._lock:
             self.sessions.pop(session, None)
@@ -162,8 +160,7 @@ class Retrieve:
         """Vectors for the search of ``query``: from the store, else embedded, the best
         BM25 candidates first, at most ``max_embed`` per request (``allowance``); the
         rest go to the background lane (BM25 ranks them until then). A cold index (none
-        stored yet) embeds nothing: two vectors among hundreds of BM25-ranked chunks
-        changed no dev evidence and cost ~100 ms (``docs/benchmarks.md``)."""
+        stored yet) embeds nothing (two vectors changed no dev evidence and cost ~100 ms)."""
         if self.config.max_embed == 0:
             idx.vectorize()
             return
@@ -232,7 +229,10 @@ class Retrieve:
             self.ahead.remember(session, indexed[0], indexed[2])
         idx = self._index(session)
         with idx.lock:  # a session's index is used by one request at a time
-            idx.sync(self._chunks(*indexed))
+            chunks = self._chunks(*indexed)
+            if not stored and self.cold_ranking is not None:
+                self.cold_ranking.prepare(idx, chunks)  # tokenized beside the BM25 terms
+            idx.sync(chunks)
             if stored:
                 unembedded, _ = idx.vectorize(cap=0)  # what the store has; the rest in background
                 if unembedded:
