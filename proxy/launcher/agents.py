@@ -44,6 +44,11 @@ Every override is an environment variable or a command-line flag for this one ru
   ``baseUrl`` pointed at the proxy, and ``CLINE_SESSION_BACKEND_MODE=local``: Cline
   otherwise starts a hub daemon that outlives the run and serves later sessions with the
   environment it started with.
+- ``grok`` (Grok CLI, @vibe-kit/grok-cli): ``GROK_BASE_URL`` (``grok_settings``); its
+  upstream is the provider it would call itself (the variable, its settings' ``baseURL``,
+  else xAI's).
+- ``cn`` (Continue CLI): ``--config``, a copy for this run of the user's config with its
+  OpenAI and Anthropic models' ``apiBase`` pointed at the proxy (``continue_config``).
 - anything else (``run -- COMMAND``): ``OPENAI_BASE_URL``, ``OPENAI_API_BASE`` and
   ``ANTHROPIC_BASE_URL``.
 
@@ -63,6 +68,8 @@ from context_engine.proxy.launcher.cline_providers import (
     cline_providers_path,
     read_text,
 )
+from context_engine.proxy.launcher.continue_config import continue_config, continue_speaks_anthropic
+from context_engine.proxy.launcher.grok_settings import XAI, grok_upstream
 from context_engine.proxy.launcher.qwen_settings import qwen_overrides
 
 OPENAI = "https://api.openai.com/v1"
@@ -100,6 +107,8 @@ AGENTS = {
     "qwen": Agent("qwen", OPENAI, "npm install -g @qwen-code/qwen-code"),
     "crush": Agent("crush", OPENAI, "npm install -g @charmland/crush"),
     "cline": Agent("cline", OPENAI, "npm install -g cline"),
+    "grok": Agent("grok", XAI, "npm install -g @vibe-kit/grok-cli"),
+    "cn": Agent("cn", OPENAI, "npm install -g @continuedev/cli"),
 }
 
 
@@ -150,12 +159,17 @@ def flag_value(args: list[str], *names: str) -> str | None:
 def own_upstream(agent: str, args: list[str], environ: dict[str, str]) -> str:
     """The provider the agent would call itself for this run: Anthropic's when its
     arguments or variables choose the Anthropic API (Copilot CLI's provider type, Qwen
-    Code's ``--auth-type``, Cline's ``-P``), else its default."""
+    Code's ``--auth-type``, Cline's ``-P``, Continue's first chat model), Grok CLI's own
+    base URL, else its default."""
     if agent == "copilot" and environ.get("COPILOT_PROVIDER_TYPE", "").strip().lower() == "anthropic":
         return ANTHROPIC
     if agent == "qwen" and flag_value(args, "--auth-type") == "anthropic":
         return ANTHROPIC
     if agent == "cline" and flag_value(args, "-P", "--provider") in ANTHROPIC_LIKE:
+        return ANTHROPIC
+    if agent == "grok":
+        return grok_upstream(environ)
+    if agent == "cn" and continue_speaks_anthropic(args, environ, os.getcwd()):
         return ANTHROPIC
     return AGENTS[agent].upstream
 
@@ -194,6 +208,11 @@ def launch(agent: str, args: list[str], base: str,
     if agent == "goose":
         return Launch(["goose", *args], {"OPENAI_HOST": base, "OPENAI_BASE_PATH": "v1/chat/completions",
                                          "ANTHROPIC_HOST": base})
+    if agent == "grok":
+        return Launch(["grok", *args], {"GROK_BASE_URL": f"{base}/v1"})
+    if agent == "cn":
+        argv, files = continue_config(args, base, environ, os.getcwd())
+        return Launch(argv, {}, files)
     if agent in ("copilot", "qwen", "crush", "cline"):
         return _more(agent, args, base, environ)
     raise KeyError(agent)
