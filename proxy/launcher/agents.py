@@ -66,6 +66,7 @@ from context_engine.proxy.launcher.cline_providers import (
     ANTHROPIC_LIKE,
     cline_providers,
     cline_providers_path,
+    json_object,
     read_text,
 )
 from context_engine.proxy.launcher.continue_config import continue_config, continue_speaks_anthropic
@@ -125,12 +126,7 @@ def _quote(value: str) -> str:
 def opencode_config(given: str, base: str) -> str:
     """The user's inline opencode config (``OPENCODE_CONFIG_CONTENT``, if any) with the
     ``openai`` and ``anthropic`` providers' ``baseURL`` pointed at the proxy."""
-    try:
-        config = json.loads(given) if given.strip() else {}
-    except ValueError:
-        config = {}
-    if not isinstance(config, dict):
-        config = {}
+    config = json_object(given)
     providers = config.setdefault("provider", {})
     if not isinstance(providers, dict):
         providers = config["provider"] = {}

@@ -53,6 +53,16 @@ def _dict(parent: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
+def json_object(text: str) -> dict[str, Any]:
+    """``text`` as a JSON object: {} when it is empty, not JSON, or not an object (a
+    config file the agent would not read either)."""
+    try:
+        config = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
 def cline_providers(given: str, base: str, environ: dict[str, str] | None = None,
                     named: str | None = None) -> str:
     """The user's ``providers.json`` text (``given``; "" or unreadable: none) with every
@@ -60,12 +70,7 @@ def cline_providers(given: str, base: str, environ: dict[str, str] | None = None
     (without ``/v1``: Cline's SDKs take the URL with it); ``named``: the provider the
     command line selects."""
     environ = dict(os.environ) if environ is None else environ
-    try:
-        config = json.loads(given) if given.strip() else {}
-    except ValueError:
-        config = {}
-    if not isinstance(config, dict):
-        config = {}
+    config = json_object(given)
     config.setdefault("version", 1)
     providers = _dict(config, "providers")
     pointed = False
