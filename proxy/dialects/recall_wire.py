@@ -142,6 +142,11 @@ class Wire(Protocol):
 
     def continuity(self) -> Continuity: ...
 
+    def shown(self, final: dict[str, Any], sent: bytes) -> dict[str, Any]:
+        """Top-level fields of a whole final reply, after recall rounds, that the client
+        sees otherwise (the usage aside): what they would be without the rounds
+        (``sent``: the first request's body as sent)."""
+
 
 def sum_counts(last: dict[str, Any], all_usages: list[dict[str, Any]]) -> dict[str, Any]:
     """``last`` (a usage object) with every count summed over ``all_usages``."""
@@ -195,6 +200,9 @@ class WireBase:
 
     def continuity(self) -> Continuity:
         return self._continuity()
+
+    def shown(self, final: dict[str, Any], sent: bytes) -> dict[str, Any]:
+        return {}
 
 
 def tool_name(tool: Any) -> str:

@@ -182,14 +182,18 @@ async def answer(loop: Recall, r: httpx.Response, started: float,
 
 
 def _with_usage(loop: Recall, body: bytes, data: dict[str, Any]) -> bytes:
-    """The final reply with its usage summed over the rounds (the rest as sent)."""
+    """The final reply with its usage summed over the rounds, and the fields the wire
+    shows as they would be without the rounds (``Wire.shown``); the rest as sent."""
     key = loop.wire.usage_key
-    if not isinstance(data.get(key), dict):
+    edits = {k: json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+             for k, v in loop.wire.shown(data, loop.sent).items()}
+    if isinstance(data.get(key), dict):
+        edits[key] = json.dumps(loop.summed_usage(data[key]), separators=(",", ":"))
+    if not edits:
         return body
     text = body.decode("utf-8")
     _, spans = object_spans(text)
-    summed = json.dumps(loop.summed_usage(data[key]), separators=(",", ":"))
-    return replace_spans(text, [(spans[key], summed)])
+    return replace_spans(text, [(spans[k], v) for k, v in edits.items() if k in spans])
 
 
 async def _call(fn: Callable[[int, str], None], status: int, error: str) -> None:

@@ -2,7 +2,8 @@
 google-genai 3 sends it; ``stream: true`` streams; the paths go upstream as they are, the
 upstream being Google's host): ``request`` parses and splices ``system_instruction`` and
 ``input`` (``steps`` reads the steps), ``usage`` reads the interaction's ``usage``,
-errors take Google's shape (``gemini.errors``), ``recall`` never offers the tool. The key
+errors take Google's shape (``gemini.errors``), ``recall`` offers and answers
+``context_recall`` (``recall_stream`` reads a streamed reply). The key
 travels as ``x-goog-api-key`` or ``?key=``. A ``previous_interaction_id`` continues
 server-held state (recorded as ``server_state``). The other interaction endpoints (get,
 cancel, delete) pass through unchanged.
