@@ -25,6 +25,7 @@ from context_engine.proxy.edge.keyless import KeylessRefusals
 from context_engine.proxy.edge.tags import tags
 from context_engine.proxy.engine import modes, profiles
 from context_engine.proxy.engine.engine import Engine
+from context_engine.proxy.engine.recall_state import RecallState
 from context_engine.proxy.engine.rewrite import Rewrite
 from context_engine.proxy.engine.session import caller_hash, session_id, session_key
 from context_engine.proxy.errors import (
@@ -107,26 +108,9 @@ class Conversation:
         except ValueError as exc:
             return self._error(BadRequest(str(exc), param=profiles.HEADER))
         self.finisher.begin()
-        offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
-        try:
-            received, rewritten, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer,
-                                                                    caller)
-        except Exception:  # the edge: whatever breaks before sending, the original goes out
-            log.exception("preparing the request failed; forwarding the original request")
-            self.engine.stats.invariant_failures += 1
-            received = Received(model=model_name(body.data.get("model")), mode=mode,
-                                arm="passthrough", path=request.url.path, api=self.dialect.name,
-                                scope=caller)
-            rewritten, rewrite, out = Rewritten(failed_open=True), None, raw
+        received, rewritten, rewrite, out, recall = await self.outgoing(request, body, raw, mode, choice,
+                                                                        caller, arrived, t0)
         arm = received.arm
-        recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
-            else None
-        tooled = await off_loop(len(out), self.wire.add_tool, out) if recall is not None else out
-        if tooled is out:
-            recall = None
-        else:
-            out, rewritten = tooled, rewritten.with_tool(tool_tokens(rewritten.encoding or "o200k_base"))
-        received = received.sent(arrived, (time.perf_counter() - t0) * 1000)
         started = time.perf_counter()
         if recall is not None:  # the proxy must read the reply: gzip (decoded on the side) or plain
             headers = accepting(headers, "identity" if body.stream else "gzip")
@@ -179,6 +163,33 @@ class Conversation:
                                 self.settings.recall.max_held_bytes)
         return await relay(r, started, extra, done, buffer=True, dialect=self.dialect,
                            coalesce_s=self.coalesce_s)
+
+    async def outgoing(self, request: Any, body: Parsed, raw: bytes, mode: str, choice: str | None,
+                       caller: str, arrived: float, t0: float,
+                       ) -> tuple[Received, Rewritten, Rewrite | None, bytes, RecallState | None]:
+        """What goes upstream for one request (a POST, or a turn on a socket: ``request``
+        gives the headers and url.path): ``_prepare``'s parts, the original on any failure
+        (fail open), ``context_recall`` added when offered (its state, else None), and
+        ``Received`` stamped with the time this took since ``t0``."""
+        offer = self.settings.recall.enabled and self.wire.can_offer(body.data)
+        try:
+            received, rewritten, rewrite, out = await self._prepare(request, body, raw, mode, choice, offer,
+                                                                    caller)
+        except Exception:  # the edge: whatever breaks before sending, the original goes out
+            log.exception("preparing the request failed; forwarding the original request")
+            self.engine.stats.invariant_failures += 1
+            received = Received(model=model_name(body.data.get("model")), mode=mode,
+                                arm="passthrough", path=request.url.path, api=self.dialect.name,
+                                scope=caller)
+            rewritten, rewrite, out = Rewritten(failed_open=True), None, raw
+        recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
+            else None
+        tooled = await off_loop(len(out), self.wire.add_tool, out) if recall is not None else out
+        if tooled is out:
+            recall = None
+        else:
+            out, rewritten = tooled, rewritten.with_tool(tool_tokens(rewritten.encoding or "o200k_base"))
+        return received.sent(arrived, (time.perf_counter() - t0) * 1000), rewritten, rewrite, out, recall
 
     async def _prepare(self, request: Request, body: Parsed, raw: bytes, mode: str,
                        choice: str | None = None, offer: bool = False,

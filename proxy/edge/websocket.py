@@ -28,14 +28,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, cast
+from typing import Any
 
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from context_engine.proxy.dialects.recall_wire import tool_tokens
 from context_engine.proxy.dialects.responses import ws
 from context_engine.proxy.dialects.usage import Usage
 from context_engine.proxy.edge.conversation import Conversation
@@ -44,8 +43,7 @@ from context_engine.proxy.engine.session import caller_hash
 from context_engine.proxy.errors import BadRequest, BodyTooLarge, ProxyError
 from context_engine.proxy.recall.loop import Recall
 from context_engine.proxy.recall.ws_turn import WsTurn
-from context_engine.proxy.recording.row_parts import Answered, Received, Rewritten
-from context_engine.proxy.sanitize import model_name
+from context_engine.proxy.recording.row_parts import Answered
 from context_engine.proxy.transport.intake import off_loop
 from context_engine.proxy.transport.relay import CLIENT_DISCONNECTED
 from context_engine.proxy.transport.upstream import kept_here
@@ -249,25 +247,8 @@ class Socket:
             await self._to_client(ws.error_event(exc))
             return None
         c.finisher.begin()
-        offer = c.settings.recall.enabled and c.wire.can_offer(body.data)
-        request = cast(Any, self.websocket)  # _prepare reads headers and url.path: both here
-        try:
-            received, rewritten, rewrite, out = await c._prepare(request, body, raw, mode, choice,
-                                                                 offer, self.caller)
-        except Exception:  # the edge: whatever breaks before sending, the original goes out
-            log.exception("preparing the turn failed; forwarding the original message")
-            c.engine.stats.invariant_failures += 1
-            received = Received(model=model_name(body.data.get("model")), mode=mode, arm="passthrough",
-                                path=self.websocket.url.path, api=c.dialect.name, scope=self.caller)
-            rewritten, rewrite, out = Rewritten(failed_open=True), None, raw
-        recall = rewrite.recall if rewrite is not None and rewrite.recall and rewrite.recall.offer \
-            else None
-        tooled = await off_loop(len(out), c.wire.add_tool, out) if recall is not None else out
-        if tooled is out:
-            recall = None
-        else:
-            out, rewritten = tooled, rewritten.with_tool(tool_tokens(rewritten.encoding or "o200k_base"))
-        received = received.sent(arrived, (time.perf_counter() - t0) * 1000)
+        received, rewritten, rewrite, out, recall = await c.outgoing(  # the headers and url.path are here
+            self.websocket, body, raw, mode, choice, self.caller, arrived, t0)
         loop = None if recall is None else Recall(
             c.upstream, "", [], out, recall.scope, c.settings.recall.max_rounds, c.dialect,
             lane=c.engine.requests, session=received.session,
