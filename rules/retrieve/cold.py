@@ -11,8 +11,10 @@ session's index until its chunks change.
 
 ``prepare`` starts tokenizing a changed set of chunks in a worker thread before the
 index's BM25 terms are computed: the tokenizer runs outside the GIL, so on a cold 115k-token
-history its ~90 ms overlap the terms' ~90 ms of Python. The copy is a function of the
-chunks' texts alone, whichever thread built it.
+history its ~90 ms overlap the terms' ~90 ms of Python. It is started before the gate
+has decided, so a block boundary whose question the gate turns away pays it for nothing
+(once per set of chunks). The copy is a function of the chunks' texts alone, whichever
+thread built it.
 """
 
 from __future__ import annotations
